@@ -1,0 +1,44 @@
+"""A tiny sub-command dispatcher shared by ``python -m data_prep``, ``python -m reward`` and ``python -m eval``.
+
+Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``; modules are
+imported only when their command runs, so ``--help`` stays fast and a GPU-only import never breaks the others.
+Bad input (:class:`~data_prep.types.InputError`, missing files) prints one line ``error: ...`` and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from data_prep.types import InputError
+
+
+def main(prog: str, description: str, commands: dict[str, tuple[str, str]], argv: list[str] | None = None) -> int:
+    """``commands``: name -> (module path, one-line help)."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_) in commands.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        if argv and argv[0] not in ("-h", "--help"):
+            parser.print_usage(sys.stderr)
+            import difflib
+
+            close = difflib.get_close_matches(argv[0], commands, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            print(f"{prog}: error: unknown command {argv[0]!r}{hint}", file=sys.stderr)
+            return 2
+        parser.print_help()
+        return 0
+    module = importlib.import_module(commands[argv[0]][0])
+    cmd_parser = argparse.ArgumentParser(prog=f"{prog} {argv[0]}", description=commands[argv[0]][1])
+    module.add_arguments(cmd_parser)
+    args = cmd_parser.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except (InputError, FileNotFoundError, KeyError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"{prog} {argv[0]}: error: {msg}", file=sys.stderr)
+        return 2

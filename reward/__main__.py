@@ -1,0 +1,12 @@
+"""``python -m reward COMMAND``: re-score logged rollouts with the training reward."""
+
+import sys
+
+from data_prep.cli import main
+
+COMMANDS = {
+    "score": ("reward.cmd_score", "score EasyR1 reward inputs (JSONL) and write rewards with their citations"),
+}
+
+if __name__ == "__main__":
+    sys.exit(main("python -m reward", __doc__, COMMANDS))
