@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.document import Document
+from data_prep.document import Document, sha256_file
 from data_prep.types import Block, InputError, clip_bbox
 
 CACHE_FORMAT = 1
@@ -203,7 +203,14 @@ def build_cache(
     with Document.open(pdf) as doc:
         _check_writable(cache_dir)
         enc_fp = encoder.fingerprint() if encoder is not None else None
-        key = make_doc_key(doc.sha256, parser.name, parser.version(), enc_fp)
+        parser_version = parser.version()
+        if parser_output is not None:
+            # Converting a given output file: the key must follow that file, not only the parser code.
+            parser_output = Path(parser_output)
+            if not parser_output.is_file():
+                raise InputError(f"{parser_output}: parser output file not found")
+            parser_version += f"+output:{sha256_file(parser_output)[:16]}"
+        key = make_doc_key(doc.sha256, parser.name, parser_version, enc_fp)
         with _lock(cache_dir, key):
             target = cache_dir / key
             if target.exists() and not force:
@@ -231,7 +238,7 @@ def build_cache(
                 "n_pages": doc.n_pages,
                 "page_sizes": [[round(w, 3), round(h, 3)] for w, h in doc.page_sizes],
                 "text_fingerprint": doc.text_fingerprint(),
-                "parser": {"name": parser.name, "version": parser.version()},
+                "parser": {"name": parser.name, "version": parser_version},
                 "encoder": None
                 if encoder is None
                 else {"name": encoder.name, "dim": encoder.dim, "fingerprint": enc_fp},
