@@ -42,7 +42,7 @@ test: $(STAMP) $(MINERU_STAMP) lint
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) -m pytest -q benchmarks -p no:cacheprovider -s
+	$(PY) -m pytest -q benchmarks -s -p no:cacheprovider -o python_files='bench_*.py' -o python_functions='bench_* test_*'
 
 clean:
 	rm -rf $(VENV) $(MINERU_VENV) $(DEMO_DIR)
