@@ -37,6 +37,8 @@ class TextLine:
     text: str
     bbox: BBox
     font_size: float
+    bold: bool = False
+    """True when most of the run's characters use a bold font (weight >= 600)."""
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -45,6 +47,16 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
         while data := f.read(chunk):
             h.update(data)
     return h.hexdigest()
+
+
+def _empty_page_tree(path: Path, limit: int = 64 << 20) -> bool:
+    """Whether the file's page tree says ``/Count 0`` and no page tree node counts more (pdfium will not open a
+    PDF without pages, so the reason is read from the bytes)."""
+    if path.stat().st_size > limit:
+        return False
+    counts = [int(m) for m in re.findall(rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d+)", path.read_bytes())]
+    counts += [int(m) for m in re.findall(rb"/Count\s+(\d+)[^>]*?/Type\s*/Pages\b", path.read_bytes())]
+    return bool(counts) and max(counts) == 0
 
 
 def normalize_text(text: str) -> str:
@@ -91,6 +103,8 @@ class Document:
                 msg = str(e).lower()
                 if "password" in msg or "security" in msg:
                     raise InputError(f"{path}: the PDF is encrypted (password required); decrypt it first") from None
+                if _empty_page_tree(path):  # pdfium refuses such a file with the error "Success"
+                    raise InputError(f"{path}: the PDF has zero pages") from None
                 raise InputError(f"{path}: cannot be read as a PDF ({e})") from None
             if len(pdf) == 0:
                 pdf.close()
@@ -199,40 +213,119 @@ class Document:
     def has_text(self, page: int) -> bool:
         return bool(self.page_text(page).strip())
 
-    def text_lines(self, page: int) -> list[TextLine]:
-        """The text layer of a page as line runs with display boxes, using pdfium's text rectangles.
+    def text_lines(self, page: int, gap_em: float = 1.0, size_ratio: float = 1.2) -> list[TextLine]:
+        """The text layer of a page as runs of characters on one line, with display boxes (points, top-left).
 
-        pdfium splits a page's characters into rectangles, one per run of characters on a line with the same
-        font size; each becomes a :class:`TextLine`."""
+        Built from pdfium's characters and their *loose* boxes (font ascent to descent), not from its text
+        rectangles: those drop characters whose glyph box is empty, which is every character of a non-embedded
+        CJK font such as STSong-Light. A run ends at a line break of the text layer, when the next character
+        is not on the same line, when the horizontal gap before it exceeds ``gap_em`` times the font size
+        (table cells, columns), or when the font size changes by more than ``size_ratio``.
+        Runs are returned in the text layer's order."""
         self._check_page(page)
-        out: list[TextLine] = []
         with _PDFIUM_LOCK:
             p = self._pdf[page - 1]
             tp = p.get_textpage()
             try:
-                n_rects = tp.count_rects()
-                for i in range(n_rects):
-                    left, bottom, right, top = tp.get_rect(i)
-                    text = tp.get_text_bounded(left, bottom, right, top)
-                    text = text.replace("\r", " ").replace("\n", " ").strip()
-                    if not text:
-                        continue
-                    bbox = self.to_display(page, (left, bottom, right, top), _handle=p.raw)
-                    font = self._rect_font_size(tp, left, bottom, right, top)
-                    out.append(TextLine(text, bbox, font))
+                m = self._matrix(page, p.raw)
+                chars = self._page_chars(tp)
             finally:
                 tp.close()
                 p.close()
-        return out
+        if not chars:
+            return []
+        codes, boxes, sizes, bold = chars
+        # Corners of each loose box in display space; rotation keeps the axis-aligned union exact.
+        left, bottom, right, top = boxes.T
+        xs = np.stack([left, right, left, right], 1)
+        ys = np.stack([bottom, bottom, top, top], 1)
+        dx = xs * m[0, 0] + ys * m[1, 0] + m[2, 0]
+        dy = xs * m[0, 1] + ys * m[1, 1] + m[2, 1]
+        disp = np.stack([dx.min(1), dy.min(1), dx.max(1), dy.max(1)], 1)
+        return _group_runs(codes, disp.tolist(), sizes, bold, gap_em, size_ratio)
 
     @staticmethod
-    def _rect_font_size(tp, left: float, bottom: float, right: float, top: float) -> float:
-        idx = tp.get_index((left + right) / 2, (bottom + top) / 2, (right - left) / 2 + 1, (top - bottom) / 2 + 1)
-        if idx is not None and idx >= 0:
-            size = pdfium_c.FPDFText_GetFontSize(tp.raw, idx)
-            if size and size > 0:
-                return float(size)
-        return float(top - bottom)
+    def _page_chars(tp) -> tuple[list[int], np.ndarray, list[float], list[bool]] | None:
+        """Per character of a text page: code point, loose box (left, bottom, right, top in page space), font
+        size in points as drawn (the ``Tf`` size times the text matrix scale), bold flag. Whitespace and line
+        breaks get size 0 and an empty box (they only separate words and runs)."""
+        n = pdfium_c.FPDFText_CountChars(tp.raw)
+        if n <= 0:
+            return None
+        raw = tp.raw
+        get_uni = pdfium_c.FPDFText_GetUnicode
+        get_box = pdfium_c.FPDFText_GetLooseCharBox
+        get_size = pdfium_c.FPDFText_GetFontSize
+        get_obj = pdfium_c.FPDFText_GetTextObject
+        get_matrix = pdfium_c.FPDFText_GetMatrix
+        per_obj: dict[int, tuple[bool, float]] = {}  # text object address -> (bold font, matrix scale)
+        rect = pdfium_c.FS_RECTF()
+        mat = pdfium_c.FS_MATRIX()
+        codes: list[int] = []
+        sizes: list[float] = []
+        bold: list[bool] = []
+        boxes = np.zeros((n, 4), dtype=np.float64)
+        info: tuple[bool, float] | None = None
+        last_size = -1.0
+        for i in range(n):
+            code = get_uni(raw, i)
+            codes.append(code)
+            if code <= 32 or code in (0xA0, 0x3000, 0xFFFE, 0xFFFF):
+                sizes.append(0.0)
+                bold.append(False)
+                continue
+            get_box(raw, i, rect)
+            boxes[i] = (rect.left, rect.bottom, rect.right, rect.top)
+            size = float(get_size(raw, i))
+            # Look the text object up only where it may change (after a break or at a size change): it is the
+            # slowest call here, and the characters of a word share one object.
+            if info is None or size != last_size or codes[i - 1] <= 32:
+                obj = get_obj(raw, i)
+                key = ctypes.cast(obj, ctypes.c_void_p).value or 0
+                info = per_obj.get(key)
+                if info is None:
+                    scale = 1.0
+                    if get_matrix(raw, i, mat):
+                        scale = math.sqrt(abs(mat.a * mat.d - mat.b * mat.c)) or 1.0
+                    info = per_obj[key] = (_font_is_bold(obj), scale)
+            last_size = size
+            sizes.append(size * info[1])
+            bold.append(info[0])
+        return codes, boxes, sizes, bold
+
+    def drawing_boxes(self, page: int) -> list[tuple[BBox, bool]]:
+        """Display bboxes (points, top-left origin) of the page's image, path and shading objects, including
+        those nested in form XObjects (whose bounds pdfium reports in the form's own space), each with a flag
+        that is True for images. Text objects are left out."""
+        self._check_page(page)
+        out: list[tuple[BBox, bool]] = []
+        with _PDFIUM_LOCK:
+            p = self._pdf[page - 1]
+            try:
+                mats: list[np.ndarray] = [np.eye(3)]  # mats[level]: space of that nesting level -> page space
+                for obj in p.get_objects(max_depth=4):
+                    level = obj.level
+                    del mats[level + 1 :]
+                    m = mats[level]
+                    if obj.type == pdfium_c.FPDF_PAGEOBJ_FORM:
+                        a, b, c, d, e, f = obj.get_matrix().get()
+                        mats.append(np.array([[a, b, 0.0], [c, d, 0.0], [e, f, 1.0]]) @ m)
+                        continue
+                    is_image = obj.type == pdfium_c.FPDF_PAGEOBJ_IMAGE
+                    if not is_image and obj.type not in (pdfium_c.FPDF_PAGEOBJ_PATH, pdfium_c.FPDF_PAGEOBJ_SHADING):
+                        continue
+                    try:
+                        left, bottom, right, top = obj.get_bounds()
+                    except pdfium.PdfiumError:
+                        continue
+                    if level > 0:
+                        pts = np.array([[left, bottom, 1], [right, bottom, 1], [left, top, 1], [right, top, 1]]) @ m
+                        left, bottom = float(pts[:, 0].min()), float(pts[:, 1].min())
+                        right, top = float(pts[:, 0].max()), float(pts[:, 1].max())
+                    out.append((self.to_display(page, (left, bottom, right, top), _handle=p.raw), is_image))
+            finally:
+                p.close()
+        return out
 
     def text_in_bbox(self, page: int, bbox: BBox) -> str:
         """Text of the text layer whose characters fall inside a display bbox (points)."""
@@ -269,7 +362,7 @@ class Document:
             scale = self.scale_for_pixels(page, max_pixels)
             w, h = self.page_sizes[page - 1]
             # pdfium rounds the bitmap size; shave the scale so the product stays within the budget.
-            while round(w * scale) * round(h * scale) > max_pixels and scale > 1e-4:
+            while math.ceil(w * scale) * math.ceil(h * scale) > max_pixels and scale > 1e-4:
                 scale *= 0.999
         else:
             scale = dpi / 72.0
@@ -313,3 +406,85 @@ class Document:
             finally:
                 p.close()
         return img
+
+
+_BOLD_NAME = re.compile(r"bold|black|heavy|semibold|demi|[-,]medi\b|bx\d", re.IGNORECASE)
+"""Bold font names: "Times-Bold", "NimbusRomNo9L-Medi", TeX's "CMBX10" / "SFBX1000" (bold extended)."""
+
+
+def _font_is_bold(text_obj) -> bool:
+    """Whether a pdfium text object's font is bold, by weight or by its base font name (the standard 14 fonts
+    report no weight)."""
+    if not text_obj:
+        return False
+    font = pdfium_c.FPDFTextObj_GetFont(text_obj)
+    if not font:
+        return False
+    if pdfium_c.FPDFFont_GetWeight(font) >= 600:
+        return True
+    buf = ctypes.create_string_buffer(256)
+    n = pdfium_c.FPDFFont_GetBaseFontName(font, buf, 256)
+    return bool(n) and bool(_BOLD_NAME.search(buf.value.decode("latin-1", "replace")))
+
+
+def _group_runs(
+    codes: list[int], boxes: list[list[float]], sizes: list[float], bold: list[bool], gap_em: float, size_ratio: float
+) -> list[TextLine]:
+    """Split a page's characters (text-layer order, display boxes) into one-line runs; see ``text_lines``."""
+    out: list[TextLine] = []
+    cur: list[str] = []
+    box: list[float] | None = None  # union of the run's visible characters
+    last_x0 = last_x1 = 0.0
+    run_sizes: list[float] = []
+    run_bold = 0
+    pending_space = False
+    has_surrogate = False
+
+    def flush() -> None:
+        nonlocal cur, box, run_sizes, run_bold, pending_space, has_surrogate
+        # pdfium reports characters outside the BMP as UTF-16 surrogate pairs: recombine them, drop strays.
+        text = "".join(cur)
+        if has_surrogate:
+            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        text = text.strip()
+        if text and box is not None:
+            size = sorted(run_sizes)[len(run_sizes) // 2]
+            out.append(TextLine(text, (box[0], box[1], box[2], box[3]), size, run_bold * 2 > len(run_sizes)))
+        cur, box, run_sizes, run_bold, pending_space, has_surrogate = [], None, [], 0, False, False
+
+    for code, b, size, is_bold in zip(codes, boxes, sizes, bold, strict=True):
+        if code in (10, 13):
+            flush()
+            continue
+        if size == 0.0:  # whitespace: a word separator inside a run
+            pending_space = box is not None
+            continue
+        x0, y0, x1, y1 = b
+        if box is not None:
+            h = min(y1 - y0, box[3] - box[1])
+            overlap = min(y1, box[3]) - max(y0, box[1])
+            ref = run_sizes[-1]
+            same_line = h <= 0 or overlap >= 0.5 * h
+            gap = x0 - last_x1
+            if (
+                not same_line
+                or gap > gap_em * max(size, ref)
+                or x0 < last_x0 - 0.5 * max(size, ref)  # jumps back left: a new line or column (ligature parts
+                # share one glyph box, so they start where the previous character starts)
+                or max(size, ref) > size_ratio * max(min(size, ref), 1e-6)
+            ):
+                flush()
+        if box is None:
+            box = [x0, y0, x1, y1]
+        else:
+            if pending_space:
+                cur.append(" ")
+            box = [min(box[0], x0), min(box[1], y0), max(box[2], x1), max(box[3], y1)]
+        pending_space = False
+        cur.append(chr(code) if 0 <= code < 0x110000 else "\ufffd")
+        has_surrogate = has_surrogate or 0xD800 <= code <= 0xDFFF
+        last_x0, last_x1 = x0, x1
+        run_sizes.append(size)
+        run_bold += is_bold
+    flush()
+    return out
