@@ -1,0 +1,426 @@
+"""``python -m data_prep citevqa``: the CiteVQA evaluation subset as gold JSONL (``eval/schemas.py`` format).
+
+Two ways in, one output (boxes ``[page, x0, y0, x1, y1]`` in PDF points, origin top-left of the displayed page,
+pages 1-based):
+
+1. **Rehydrate the verified release** (``--release verified_eval_set.jsonl``, fields in
+   ``../shared/papers/verified-eval-set-card.txt``: ``index, pdf_stem, language, qtype, n_pdf_pages, alignment,
+   gt_pages, gt_necessary, gt_all``) by joining it on ``index`` with a local CiteVQA download (``--citevqa``,
+   for the question and answer, which the release does not redistribute) and the PDFs (``--pdf-dir``,
+   ``<pdf_stem>.pdf``). The release's boxes are ``[page, x1, y1, x2, y2]`` in rendered-page pixels;
+   ``--release-space`` says which render: ``max-pixels:1000000`` (default: the page rendered under a one-megapixel
+   budget, aspect kept, as the paper's models saw it), ``dpi:N``, ``points`` or ``norm1000``. A box that lands
+   outside its page is counted ("box outside page"): many of them mean the space is wrong.
+2. **Convert and verify raw CiteVQA** (no ``--release``): each evidence box of the CiteVQA record is
+   ``[y1, x1, y2, x2]`` on a 0-1000 scale of the page (SPEC; the benchmark's own prompt says x-first, which is
+   wrong) and becomes points with the page size. The **verification filter** then reads the PDF's text layer
+   under each converted box and requires the annotated evidence text to be there (token recall of the annotation
+   in the extracted text >= ``--min-text-recall``); a question with any contradicting element is dropped. An
+   element whose page has no text layer, or whose annotation has no text (a figure), cannot be checked: a
+   question with no checkable element is kept as ``unverifiable``. Reading the raw order as x-first puts the box
+   elsewhere on the page, so the filter drops such records (tested).
+
+The funnel is printed (records -> unreadable PDF / pages out of range / box outside page / text mismatch /
+kept) and written next to the output as ``<out>.funnel.json``.
+
+The field names of the raw CiteVQA records are read from :class:`CiteVQAFields` (several spellings are tried);
+``index``, ``Question`` and ``PDF_Source`` are the names CiteVQA's own scripts use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data_prep.document import Document
+from data_prep.text import token_recall
+from data_prep.types import InputError
+
+FUNNEL_STEPS = (
+    "records",
+    "not single-doc",
+    "not in CiteVQA download",
+    "unreadable PDF",
+    "pages out of range",
+    "box outside page",
+    "text mismatch",
+    "kept",
+)
+"""Funnel counters, in order; ``kept`` is split into ``verified`` and ``unverifiable``."""
+
+COORD_SCALE = 1000.0
+"""CiteVQA's evidence boxes are relative to the page on this scale."""
+
+
+@dataclass(frozen=True)
+class CiteVQAFields:
+    """Names tried, in order, for each field of a raw CiteVQA record and of one of its evidence elements."""
+
+    index: tuple[str, ...] = ("index", "id", "question_id")
+    question: tuple[str, ...] = ("Question", "question")
+    answer: tuple[str, ...] = ("Answer", "answer", "gold_answer", "standard_answer")
+    pdf: tuple[str, ...] = ("PDF_Source", "pdf_source", "pdf", "pdf_path", "pdf_name", "doc_name")
+    dataset_type: tuple[str, ...] = ("dataset_type",)
+    language: tuple[str, ...] = ("language", "lang")
+    qtype: tuple[str, ...] = ("question_type", "qtype", "type", "task_type")
+    evidence: tuple[str, ...] = ("evidence", "Evidence", "evidences", "evidence_list", "gt_evidence")
+    ev_page: tuple[str, ...] = ("page", "page_no", "page_num", "page_number")
+    ev_bbox: tuple[str, ...] = ("bbox", "box", "bbox_2d")
+    ev_text: tuple[str, ...] = ("content", "text", "evidence_text")
+    ev_necessary: tuple[str, ...] = ("is_crucial", "crucial", "necessary", "is_necessary", "is_key")
+    ev_type: tuple[str, ...] = ("type", "category", "element_type")
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """Knobs of the verification filter."""
+
+    min_text_recall: float = 0.5
+    """Share of the annotation's tokens that must appear in the text extracted under its box."""
+    pad_pt: float = 2.0
+    """Points added around a box before extracting its text (annotations are drawn tight)."""
+    min_page_chars: int = 20
+    """A page with fewer text-layer characters counts as having no text layer (scanned)."""
+    page_tolerance_pt: float = 3.0
+    """A converted box may overshoot its page by this much before it counts as outside."""
+
+
+# ---------------------------------------------------------------------------------------------- conversions
+def raw_box_to_points(raw: list[float], page_size: tuple[float, float]) -> tuple[float, float, float, float]:
+    """CiteVQA's ``[y1, x1, y2, x2]`` on 0-1000 -> ``(x0, y0, x1, y1)`` in points of a ``(width, height)`` page.
+
+    >>> raw_box_to_points([100, 200, 300, 400], (600.0, 800.0))
+    (120.0, 80.0, 240.0, 240.0)
+    """
+    if len(raw) != 4:
+        raise ValueError(f"a CiteVQA box has 4 numbers [y1, x1, y2, x2], got {raw!r}")
+    y1, x1, y2, x2 = (float(v) for v in raw)
+    w, h = page_size
+    return (x1 / COORD_SCALE * w, y1 / COORD_SCALE * h, x2 / COORD_SCALE * w, y2 / COORD_SCALE * h)
+
+
+def release_scale(space: str, page_size: tuple[float, float]) -> tuple[float, float]:
+    """Units of the release's boxes per point, ``(sx, sy)``, for ``--release-space`` (module docstring)."""
+    w, h = page_size
+    kind, _, value = space.partition(":")
+    try:
+        if kind == "max-pixels":
+            s = math.sqrt(float(value or 1_000_000) / (w * h))
+            return s, s
+        if kind == "dpi":
+            s = float(value) / 72.0
+            return s, s
+    except ValueError:
+        raise InputError(f"--release-space {space!r}: {kind} needs a number, e.g. {kind}:150") from None
+    if kind == "points":
+        return 1.0, 1.0
+    if kind == "norm1000":
+        return COORD_SCALE / w, COORD_SCALE / h
+    raise InputError(f"--release-space {space!r}: expected max-pixels:N, dpi:N, points or norm1000")
+
+
+def release_box_to_points(box: list[float], page_size: tuple[float, float], space: str) -> tuple[float, ...]:
+    """A release box ``[x1, y1, x2, y2]`` in ``space`` -> points."""
+    sx, sy = release_scale(space, page_size)
+    x1, y1, x2, y2 = (float(v) for v in box)
+    return (x1 / sx, y1 / sy, x2 / sx, y2 / sy)
+
+
+def _inside(box, page_size, tol: float) -> bool:
+    w, h = page_size
+    x0, y0, x1, y1 = min(box[0], box[2]), min(box[1], box[3]), max(box[0], box[2]), max(box[1], box[3])
+    return x0 >= -tol and y0 >= -tol and x1 <= w + tol and y1 <= h + tol
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def _get(d: dict, names: tuple[str, ...], default: Any = None) -> Any:
+    for n in names:
+        if n in d and d[n] is not None:
+            return d[n]
+    return default
+
+
+def load_citevqa(path: str | Path) -> list[dict]:
+    """CiteVQA records from a JSON list, a ``{"data": [...]}`` object, or JSONL."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: CiteVQA file not found")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    data.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{path}:{lineno}: neither a JSON document nor JSONL ({e.msg})") from None
+    if isinstance(data, dict):
+        data = _get(data, ("data", "items", "records"), None)
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise InputError(f"{path}: expected a list of CiteVQA records")
+    return data
+
+
+def pdf_name(record: dict, fields: CiteVQAFields) -> str | None:
+    """The PDF's file stem named by a CiteVQA record (the first of ``PDF_Source`` when it is a list)."""
+    v = _get(record, fields.pdf)
+    if isinstance(v, list):
+        v = v[0] if v else None
+    return None if v is None else Path(str(v)).stem
+
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+
+
+def guess_language(text: str) -> str:
+    """``zh`` when CJK characters are at least 20% of the non-space characters, else ``en``."""
+    chars = [c for c in text if not c.isspace()]
+    return "zh" if chars and len(_CJK.findall(text)) / len(chars) >= 0.2 else "en"
+
+
+def _element_type(t: Any) -> str:
+    t = str(t or "").lower()
+    if "table" in t:
+        return "table"
+    if any(k in t for k in ("figure", "image", "chart", "picture")):
+        return "figure"
+    return "text"
+
+
+# ---------------------------------------------------------------------------------------------- building
+class _Pdfs:
+    """Opened PDFs by stem (a failure is remembered as None)."""
+
+    def __init__(self, pdf_dir: Path) -> None:
+        self.pdf_dir = pdf_dir
+        self.docs: dict[str, Document | None] = {}
+
+    def get(self, stem: str) -> Document | None:
+        if stem not in self.docs:
+            try:
+                self.docs[stem] = Document.open(self.pdf_dir / f"{stem}.pdf")
+            except InputError:
+                self.docs[stem] = None
+        return self.docs[stem]
+
+    def close(self) -> None:
+        for d in self.docs.values():
+            if d is not None:
+                d.close()
+
+
+def _page_has_text(doc: Document, page: int, cfg: VerifyConfig, memo: dict) -> bool:
+    key = (doc.path, page)
+    if key not in memo:
+        memo[key] = len(doc.page_text(page).strip()) >= cfg.min_page_chars
+    return memo[key]
+
+
+def verify_element(doc: Document, page: int, box, annotated: str, cfg: VerifyConfig, memo: dict) -> bool | None:
+    """True/False: the annotated text is/is not under ``box`` (points); None when it cannot be checked."""
+    if not annotated or not annotated.strip() or not _page_has_text(doc, page, cfg, memo):
+        return None
+    w, h = doc.page_sizes[page - 1]
+    x0, y0, x1, y1 = box
+    padded = (max(0.0, x0 - cfg.pad_pt), max(0.0, y0 - cfg.pad_pt), min(w, x1 + cfg.pad_pt), min(h, y1 + cfg.pad_pt))
+    if padded[2] <= padded[0] or padded[3] <= padded[1]:
+        return False
+    extracted = doc.text_in_bbox(page, padded)
+    return token_recall(annotated, extracted) >= cfg.min_text_recall
+
+
+def convert_raw(
+    records: list[dict], pdf_dir: Path, fields: CiteVQAFields = CiteVQAFields(), cfg: VerifyConfig = VerifyConfig()
+) -> tuple[list[dict], Counter]:
+    """Raw CiteVQA records -> verified gold records and the funnel (module docstring, way 2)."""
+    funnel: Counter = Counter()
+    out = []
+    pdfs = _Pdfs(pdf_dir)
+    memo: dict = {}
+    try:
+        for n, rec in enumerate(records):
+            funnel["records"] += 1
+            dtype = _get(rec, fields.dataset_type)
+            if dtype is not None and dtype != "Single-Doc":
+                funnel["not single-doc"] += 1
+                continue
+            index = _get(rec, fields.index, n)
+            evidence = _get(rec, fields.evidence)
+            if not isinstance(evidence, list) or not evidence:
+                raise InputError(
+                    f"CiteVQA record {index!r}: no evidence list (looked for {', '.join(fields.evidence)}); "
+                    "set CiteVQAFields.evidence to its field name"
+                )
+            stem = pdf_name(rec, fields)
+            doc = pdfs.get(stem) if stem else None
+            if doc is None:
+                funnel["unreadable PDF"] += 1
+                continue
+            elements = []
+            for i, ev in enumerate(evidence):
+                page, bbox = _get(ev, fields.ev_page), _get(ev, fields.ev_bbox)
+                if page is None or not isinstance(bbox, list) or len(bbox) != 4:
+                    raise InputError(f"CiteVQA record {index!r} evidence {i}: needs a page and a 4-number bbox")
+                elements.append((int(page), bbox, str(_get(ev, fields.ev_text, "") or ""), ev))
+            if any(not 1 <= p <= doc.n_pages for p, _, _, _ in elements):
+                funnel["pages out of range"] += 1
+                continue
+            converted = [(p, raw_box_to_points(b, doc.page_sizes[p - 1]), t, ev) for p, b, t, ev in elements]
+            if any(not _inside(b, doc.page_sizes[p - 1], cfg.page_tolerance_pt) for p, b, _, _ in converted):
+                funnel["box outside page"] += 1
+                continue
+            checks = [verify_element(doc, p, b, t, cfg, memo) for p, b, t, _ in converted]
+            if any(c is False for c in checks):
+                funnel["text mismatch"] += 1
+                continue
+            alignment = "verified" if any(c is True for c in checks) else "unverifiable"
+            funnel["kept"] += 1
+            funnel[alignment] += 1
+            flags = [_get(ev, fields.ev_necessary) for _, _, _, ev in converted]
+            necessary = [e for e, f in zip(converted, flags, strict=True) if f is None or bool(f)]
+            question = str(_get(rec, fields.question, ""))
+            out.append(
+                {
+                    "index": index,
+                    "doc_key": stem,
+                    "question": question,
+                    "answer": str(_get(rec, fields.answer, "")),
+                    "language": str(_get(rec, fields.language) or guess_language(question)),
+                    "qtype": str(_get(rec, fields.qtype, "")),
+                    "gt_necessary": [[p, *(round(v, 3) for v in b)] for p, b, _, _ in necessary],
+                    "gt_all": [[p, *(round(v, 3) for v in b)] for p, b, _, _ in converted],
+                    "gt_types": [_element_type(_get(ev, fields.ev_type)) for _, _, _, ev in necessary],
+                    "alignment": alignment,
+                    "pdf": str(doc.path),
+                }
+            )
+    finally:
+        pdfs.close()
+    return out, funnel
+
+
+RELEASE_FIELDS = ("index", "pdf_stem", "gt_necessary", "gt_all")
+
+
+def rehydrate(
+    release: list[dict],
+    citevqa: list[dict],
+    pdf_dir: Path,
+    space: str = "max-pixels:1000000",
+    fields: CiteVQAFields = CiteVQAFields(),
+    cfg: VerifyConfig = VerifyConfig(),
+) -> tuple[list[dict], Counter]:
+    """Verified release + CiteVQA download + PDFs -> gold records and the funnel (module docstring, way 1)."""
+    release_scale(space, (612.0, 792.0))  # reject a bad --release-space before any work
+    by_index = {str(_get(r, fields.index)): r for r in citevqa}
+    funnel: Counter = Counter()
+    out = []
+    pdfs = _Pdfs(pdf_dir)
+    try:
+        for n, rec in enumerate(release):
+            missing = [k for k in RELEASE_FIELDS if k not in rec]
+            if missing:
+                raise InputError(f"release record {n + 1}: lacks {', '.join(missing)} (is this the verified release?)")
+            funnel["records"] += 1
+            src = by_index.get(str(rec["index"]))
+            if src is None:
+                funnel["not in CiteVQA download"] += 1
+                continue
+            doc = pdfs.get(str(rec["pdf_stem"]))
+            if doc is None:
+                funnel["unreadable PDF"] += 1
+                continue
+
+            def elems(name: str, rec=rec) -> list:
+                v = rec[name]
+                if not isinstance(v, list) or not all(isinstance(e, list) and len(e) == 5 for e in v):
+                    raise InputError(
+                        f"release record {rec['index']!r}: {name} must be a list of [page, x1, y1, x2, y2]"
+                    )
+                return v
+
+            nec, all_ = elems("gt_necessary"), elems("gt_all")
+            if any(not 1 <= int(e[0]) <= doc.n_pages for e in (*nec, *all_)):
+                funnel["pages out of range"] += 1
+                continue
+
+            def conv(e: list, doc: Document = doc) -> list:
+                p = int(e[0])
+                return [p, *(round(v, 3) for v in release_box_to_points(e[1:], doc.page_sizes[p - 1], space))]
+
+            nec_pt, all_pt = [conv(e) for e in nec], [conv(e) for e in all_]
+            if any(not _inside(e[1:], doc.page_sizes[e[0] - 1], cfg.page_tolerance_pt) for e in (*nec_pt, *all_pt)):
+                funnel["box outside page"] += 1
+                continue
+            funnel["kept"] += 1
+            alignment = str(rec.get("alignment", ""))
+            if alignment:
+                funnel[alignment] += 1
+            question = str(_get(src, fields.question, ""))
+            out.append(
+                {
+                    "index": rec["index"],
+                    "doc_key": str(rec["pdf_stem"]),
+                    "question": question,
+                    "answer": str(_get(src, fields.answer, "")),
+                    "language": str(rec.get("language") or guess_language(question)),
+                    "qtype": str(rec.get("qtype", "")),
+                    "gt_necessary": nec_pt,
+                    "gt_all": all_pt,
+                    "alignment": alignment,
+                    "pdf": str(doc.path),
+                }
+            )
+    finally:
+        pdfs.close()
+    return out, funnel
+
+
+def format_funnel(funnel: Counter) -> str:
+    """The funnel as aligned lines (steps with a zero count are shown too, except the single-doc/join ones)."""
+    lines = []
+    for step in FUNNEL_STEPS:
+        if step in ("not single-doc", "not in CiteVQA download") and not funnel[step]:
+            continue
+        lines.append(f"{step:>26}: {funnel[step]}")
+    split = [f"{k} {funnel[k]}" for k in ("verified", "unverifiable") if funnel[k]]
+    if split:
+        lines.append(f"{'':>26}  ({', '.join(split)})")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--citevqa", type=Path, required=True, help="CiteVQA records (data/validation/CiteVQA.json)")
+    parser.add_argument("--pdf-dir", type=Path, required=True, help="folder of the CiteVQA PDFs (<stem>.pdf)")
+    parser.add_argument("--out", type=Path, required=True, help="gold JSONL to write")
+    parser.add_argument("--release", type=Path, default=None, help="verified release JSONL: rehydrate it")
+    parser.add_argument("--release-space", default="max-pixels:1000000", help="units of the release's boxes")
+    parser.add_argument("--min-text-recall", type=float, default=VerifyConfig.min_text_recall)
+
+
+def run(args: argparse.Namespace) -> int:
+    from eval.schemas import iter_jsonl, write_json, write_jsonl
+
+    if not args.pdf_dir.is_dir():
+        raise InputError(f"{args.pdf_dir}: PDF folder not found")
+    citevqa = load_citevqa(args.citevqa)
+    if args.release is not None:
+        release = [d for _, d in iter_jsonl(args.release)]
+        rows, funnel = rehydrate(release, citevqa, args.pdf_dir, args.release_space)
+    else:
+        rows, funnel = convert_raw(citevqa, args.pdf_dir, cfg=VerifyConfig(min_text_recall=args.min_text_recall))
+    write_jsonl(args.out, rows)
+    write_json(args.out.with_name(args.out.name + ".funnel.json"), dict(funnel))
+    print(format_funnel(funnel))
+    print(f"wrote {len(rows)} gold records to {args.out}")
+    if funnel["box outside page"] and funnel["box outside page"] >= funnel["kept"]:
+        print("warning: most boxes fall outside their page; check --release-space (or the box order)")
+    return 0

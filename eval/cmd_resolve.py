@@ -1,0 +1,315 @@
+"""``python -m eval resolve``: turn raw responses into citations (paper Section 3.2 and the Table 2 controls).
+
+Language interface (``--query quotes``, the default): the reward's own parser (:func:`reward.response.
+parse_response`) reads ``{"answer", "quotes"}`` and the reward's resolver (:func:`reward.resolve.resolve_quotes`)
+assigns each quote to a block of the whole document: one code path with training. The top-``--top-k`` blocks of
+every quote are stored as ``candidates`` for the residual decomposition of ``eval score``.
+
+Budget-matched retrieval controls (``--query question`` / ``question+answer``): the question alone, or the
+question plus the answer the same model wrote (never the gold answer), is the query of
+:func:`reward.resolve.rank_blocks`, and the top ``k`` blocks are cited, where ``k`` is the number of citations
+that response's quotes produce (its number of parsed quotes; 0 when it does not parse).
+
+Coordinate interface: ``<bbox page="N" x1=".." y1=".." x2=".." y2=".."/>`` tags on CiteVQA's 0-1000 scale are
+converted to PDF points with the cached page sizes (:mod:`eval.coordinate`); ``--snap`` replaces each box by the
+max-IoU block on its page (nearest block when none overlaps; unchanged when the page has no block). A tag naming
+a page the document does not have is dropped and counted.
+
+A language response that does not parse cites nothing, and its answer (for the judge) is its text without the
+reasoning. Every output record keeps the input fields and gets ``answer``, ``citations`` (page, bbox in points, similarity,
+quote, block_id) and ``resolve`` (what was done, and why a response gave no citation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from data_prep.cache import CachedDoc, load_cache
+from data_prep.types import InputError
+from eval.schemas import Gold, Prediction, read_gold, read_predictions, write_jsonl
+
+QUERIES = ("quotes", "question", "question+answer")
+"""What is resolved: the response's quotes, or the question (+ the model's answer) as one retrieval query."""
+
+
+# ---------------------------------------------------------------------------------------------- cache lookup
+class DocCache:
+    """Maps a gold ``doc_key`` to a cache entry of ``cache_dir`` and keeps loaded entries.
+
+    ``doc_key`` is tried as (1) a cache key (a folder of ``cache_dir``), (2) the stem of the cached PDF's file
+    name (the verified release's ``pdf_stem``), (3) a prefix (>= 8 hex) of the PDF's sha256. ``parser`` /
+    ``encoder`` (names) pick one entry when a PDF was cached with several settings."""
+
+    def __init__(self, cache_dir: str | Path, parser: str | None = None, encoder: str | None = None) -> None:
+        self.cache_dir = Path(cache_dir)
+        if not self.cache_dir.is_dir():
+            raise InputError(f"{self.cache_dir}: cache directory not found")
+        self.parser = parser
+        self.encoder = encoder
+        self._manifests: dict[str, dict] | None = None
+        self._loaded: dict[str, CachedDoc] = {}
+        self._keys: dict[str, str] = {}
+
+    def _all_manifests(self) -> dict[str, dict]:
+        if self._manifests is None:
+            self._manifests = {}
+            for p in sorted(self.cache_dir.iterdir()):
+                mf = p / "manifest.json"
+                if p.name.startswith(".") or not mf.is_file():
+                    continue
+                try:
+                    self._manifests[p.name] = json.loads(mf.read_text())
+                except (OSError, json.JSONDecodeError):
+                    continue  # load_cache reports it if this entry is ever asked for
+        return self._manifests
+
+    def _wanted(self, m: dict) -> bool:
+        if self.parser and (m.get("parser") or {}).get("name") != self.parser:
+            return False
+        return not (self.encoder and (m.get("encoder") or {}).get("name") != self.encoder)
+
+    def key_for(self, doc_key: str) -> str:
+        """The cache key of ``doc_key`` (InputError when none or several match)."""
+        if doc_key in self._keys:
+            return self._keys[doc_key]
+        if (self.cache_dir / doc_key / "manifest.json").is_file():
+            self._keys[doc_key] = doc_key
+            return doc_key
+        manifests = self._all_manifests()
+        hits = [
+            k
+            for k, m in manifests.items()
+            if self._wanted(m)
+            and (
+                Path(str(m.get("pdf_path", ""))).stem == doc_key
+                or (len(doc_key) >= 8 and str(m.get("pdf_sha256", "")).startswith(doc_key.lower()))
+            )
+        ]
+        if not hits:
+            raise InputError(
+                f"doc_key {doc_key!r}: no entry of cache {self.cache_dir} has that key, PDF stem or sha256 prefix"
+                + (f" (with parser={self.parser!r})" if self.parser else "")
+                + "; build it with `python -m data_prep blocks`"
+            )
+        if len(hits) > 1:
+            desc = ", ".join(
+                f"{k} ({manifests[k]['parser']['name']}/{(manifests[k].get('encoder') or {}).get('name')})"
+                for k in hits
+            )
+            raise InputError(f"doc_key {doc_key!r} matches {len(hits)} cache entries: {desc}; pass --parser/--encoder")
+        self._keys[doc_key] = hits[0]
+        return hits[0]
+
+    def get(self, doc_key: str) -> CachedDoc:
+        key = self.key_for(doc_key)
+        if key not in self._loaded:
+            self._loaded[key] = load_cache(self.cache_dir, key)
+        return self._loaded[key]
+
+
+class MemoEncoder:
+    """Wraps an encoder and remembers query embeddings, so resolving and ranking the same quotes embeds them
+    once (the wrapper keeps ``name``/``dim`` so the resolver's encoder check still applies)."""
+
+    def __init__(self, encoder, max_items: int = 4096) -> None:
+        self.inner = encoder
+        self.name = encoder.name
+        self.dim = encoder.dim
+        self.max_items = max_items
+        self._memo: dict[str, np.ndarray] = {}
+
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint()
+
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
+        if todo:
+            if len(self._memo) + len(todo) > self.max_items:
+                self._memo.clear()
+            for t, v in zip(todo, np.asarray(self.inner.embed_texts(todo), dtype=np.float32), strict=True):
+                self._memo[t] = v
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self._memo[t] for t in texts])
+
+    def embed_blocks(self, doc, blocks):
+        return self.inner.embed_blocks(doc, blocks)
+
+
+@dataclass
+class Resolver:
+    """Resolves predictions against a :class:`DocCache` with one resolver and query mode."""
+
+    docs: DocCache
+    resolver: str = "embedding"
+    """``embedding``, ``lexical`` or ``bm25`` (:mod:`reward.resolve`)."""
+    query: str = "quotes"
+    """One of :data:`QUERIES`."""
+    snap: bool = False
+    """Coordinate interface: replace each box by the max-IoU block on its page."""
+    threshold: float | None = None
+    """Drop quote citations whose similarity is below this (resolver units); None keeps all."""
+    max_quotes: int = 8
+    """Quotes kept per response (the reward's parser)."""
+    top_k: int = 5
+    """Candidates stored per quote for the residual decomposition (paper Appendix H: top five)."""
+    stats: Counter = field(default_factory=Counter)
+    _encoders: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from reward.resolve import resolver_names
+
+        if self.resolver not in resolver_names():
+            raise InputError(f"unknown resolver {self.resolver!r}; expected one of {resolver_names()}")
+        if self.query not in QUERIES:
+            raise InputError(f"unknown query {self.query!r}; expected one of {QUERIES}")
+
+    def encoder_for(self, cached: CachedDoc):
+        if self.resolver != "embedding":
+            return None
+        meta = cached.manifest.get("encoder") or {}
+        name = meta.get("name")
+        if name is None:
+            return None  # the reward's resolver raises the clear error
+        if name not in self._encoders:
+            from data_prep.encoders import get_encoder
+
+            self._encoders[name] = MemoEncoder(get_encoder(name))
+        return self._encoders[name]
+
+    def resolve(self, gold: Gold, pred: Prediction) -> dict:
+        """The output record of one prediction."""
+        cached = self.docs.get(gold.doc_key)
+        if pred.interface == "coordinate":
+            return self._coordinate(gold, pred, cached)
+        return self._language(gold, pred, cached)
+
+    def _language(self, gold: Gold, pred: Prediction, cached: CachedDoc) -> dict:
+        from reward.resolve import rank_blocks, resolve_quotes, similarity_matrix
+        from reward.response import parse_response, strip_reasoning
+
+        parsed = parse_response(pred.response, max_quotes=self.max_quotes)
+        # A response without the JSON contract is still an answer for the judge: its text, reasoning removed.
+        answer = parsed.answer or pred.answer or strip_reasoning(pred.response).strip()
+        encoder = self.encoder_for(cached)
+        info: dict = {"resolver": self.resolver, "query": self.query, "parse_ok": parsed.ok, "reason": parsed.reason}
+        info["n_quotes"] = len(parsed.quotes)
+        self.stats["responses"] += 1
+        self.stats["parsed" if parsed.ok else f"unparsed:{parsed.reason}"] += 1
+        citations: list[dict] = []
+        extra: dict = {}
+        if parsed.ok and self.query == "quotes":
+            cits = resolve_quotes(
+                list(parsed.quotes), cached, resolver=self.resolver, encoder=encoder, threshold=self.threshold
+            )
+            citations = [c.to_json() for c in cits]
+            if self.top_k > 0:
+                sim, ids = similarity_matrix(list(parsed.quotes), cached, resolver=self.resolver, encoder=encoder)
+                k = min(self.top_k, len(ids))
+                order = np.argsort(-sim, axis=1, kind="stable")[:, :k] if len(ids) else np.zeros((len(sim), 0), int)
+                extra["candidates"] = [[int(ids[j]) for j in row] for row in order]
+        elif parsed.ok:
+            budget = len(parsed.quotes)
+            query = gold.question if self.query == "question" else f"{gold.question}\n{answer}"
+            ranked = rank_blocks(query, cached, resolver=self.resolver, encoder=encoder)[:budget]
+            for bid, score in ranked:
+                b = cached.blocks[bid]
+                citations.append(
+                    {"page": b.page, "bbox": [round(v, 3) for v in b.bbox], "block_id": bid, "similarity": score}
+                )
+            info["budget"] = budget
+        self.stats["citations"] += len(citations)
+        return self._record(pred, answer, citations, info, extra)
+
+    def _coordinate(self, gold: Gold, pred: Prediction, cached: CachedDoc) -> dict:
+        from eval.coordinate import parse_coordinate_response, snap, to_points
+
+        parsed = parse_coordinate_response(pred.response)
+        info: dict = {"interface": "coordinate", "snap": self.snap, "n_tags": len(parsed.boxes)}
+        info["n_unparsed_tags"] = parsed.n_unparsed
+        self.stats["responses"] += 1
+        self.stats["unparsed_tags"] += parsed.n_unparsed
+        citations: list[dict] = []
+        dropped = 0
+        for cb in parsed.boxes:
+            if cb.page > cached.n_pages:
+                dropped += 1
+                continue
+            bbox = to_points(cb.box, cached.page_sizes[cb.page - 1])
+            cit: dict = {"page": cb.page, "bbox": [round(v, 3) for v in bbox]}
+            if self.snap:
+                block = snap(cb.page, bbox, cached.blocks)
+                if block is not None:
+                    cit = {"page": block.page, "bbox": [round(v, 3) for v in block.bbox], "block_id": block.block_id}
+            citations.append(cit)
+        info["pages_out_of_range"] = dropped
+        self.stats["pages_out_of_range"] += dropped
+        self.stats["parsed" if citations else "no_citation"] += 1
+        self.stats["citations"] += len(citations)
+        return self._record(pred, parsed.answer or pred.answer, citations, info, {})
+
+    @staticmethod
+    def _record(pred: Prediction, answer: str, citations: list[dict], info: dict, extra: dict) -> dict:
+        d = pred.to_json()
+        d.pop("candidates", None)
+        d["answer"] = answer
+        d["citations"] = citations
+        d["resolve"] = info
+        d.update(extra)
+        return d
+
+
+def resolve_file(gold_path: Path, pred_path: Path, out_path: Path, resolver: Resolver) -> Counter:
+    """Resolve every prediction of ``pred_path`` and write ``out_path`` atomically; returns the counters."""
+    golds = {g.key: g for g in read_gold(gold_path)}
+    preds = read_predictions(pred_path)
+    unknown = [p.index for p in preds if p.key not in golds]
+    if unknown:
+        raise InputError(f"{pred_path}: prediction index {unknown[0]!r} is not in {gold_path}")
+    # Grouped by document so each cache entry is loaded once.
+    order = sorted(range(len(preds)), key=lambda i: golds[preds[i].key].doc_key)
+    out: dict[int, dict] = {}
+    for i in tqdm(order, desc=f"resolve ({resolver.query}, {resolver.resolver})", unit="q", disable=None):
+        out[i] = resolver.resolve(golds[preds[i].key], preds[i])
+    rows = [out[i] for i in range(len(preds))]
+    write_jsonl(out_path, rows)
+    return resolver.stats
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pred", type=Path, required=True, help="predictions JSONL (raw responses)")
+    parser.add_argument("--gold", type=Path, required=True, help="gold JSONL (doc_key and question per index)")
+    parser.add_argument("--cache-dir", type=Path, required=True, help="block cache (python -m data_prep blocks)")
+    parser.add_argument("--resolver", default="embedding", choices=["embedding", "lexical", "bm25"])
+    parser.add_argument("--query", default="quotes", choices=QUERIES, help="what is resolved (default: quotes)")
+    parser.add_argument("--snap", action="store_true", help="coordinate interface: snap boxes to blocks")
+    parser.add_argument("--threshold", type=float, default=None, help="drop quote citations below this similarity")
+    parser.add_argument("--max-quotes", type=int, default=8, help="quotes kept per response (default 8)")
+    parser.add_argument("--top-k", type=int, default=5, help="candidates kept per quote for the residual analysis")
+    parser.add_argument("--parser", default=None, help="pick cache entries made by this parser")
+    parser.add_argument("--encoder", default=None, help="pick cache entries embedded by this encoder")
+    parser.add_argument("--out", type=Path, required=True, help="output predictions JSONL with citations")
+
+
+def run(args: argparse.Namespace) -> int:
+    docs = DocCache(args.cache_dir, parser=args.parser, encoder=args.encoder)
+    resolver = Resolver(
+        docs,
+        resolver=args.resolver,
+        query=args.query,
+        snap=args.snap,
+        threshold=args.threshold,
+        max_quotes=args.max_quotes,
+        top_k=args.top_k,
+    )
+    stats = resolve_file(args.gold, args.pred, args.out, resolver)
+    parts = ", ".join(f"{k}: {v}" for k, v in sorted(stats.items()))
+    print(f"resolved {stats['responses']} responses -> {args.out} ({parts})")
+    return 0

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# GPU smoke test of the evaluation with a real policy: `eval infer` (vLLM) -> `eval resolve` -> `eval score`.
+#
+# It documents the real run, on the demo's 4-question sample document so it takes minutes, not hours:
+#   * vLLM offline generation (`LLM.chat`), greedy, 1,536 output tokens (THINKING=1: 4,096),
+#     every page as a JPEG at min(1e6, budget / pages) pixels, prompts from recipes/prompts/;
+#   * an optional LoRA adapter (EasyR1's global_step_N/actor/lora_adapter) through vLLM's LoRARequest;
+#   * both interfaces, the snap control on the coordinate run, the budget-matched q / q+a controls on the
+#     language run, and a resume check (a second `eval infer` must generate nothing).
+#
+# Needs: a CUDA GPU, `pip install -e ".[gpu]"` (vllm), the model weights reachable by vLLM (a local folder or a
+# Hugging Face cache). For the full paper run replace GOLD/CACHE by the CiteVQA gold (`python -m data_prep
+# citevqa`) and its cache (`python -m data_prep blocks`), and add JUDGE_URL/JUDGE_MODEL for the judge metrics.
+#
+# Usage: MODEL=/models/Qwen3-VL-8B-Instruct [LORA=ckpt/global_step_144/actor/lora_adapter] [THINKING=1] \
+#        [JUDGE_URL=http://127.0.0.1:8000/v1 JUDGE_MODEL=judge] bash eval/gpu_smoke.sh [OUT]
+set -euo pipefail
+
+MODEL=${MODEL:?set MODEL to the base model folder or name}
+LORA=${LORA:-}
+OUT=${1:-gpu_smoke_out}
+PY=${PY:-python}
+GOLD=${GOLD:-$OUT/demo/eval/gold.jsonl}
+CACHE=${CACHE:-$OUT/demo/cache}
+
+infer_flags=(--model "$MODEL" --gold "$GOLD" --cache-dir "$CACHE")
+[[ -n "$LORA" ]] && infer_flags+=(--lora "$LORA")
+[[ "${THINKING:-0}" == 1 ]] && infer_flags+=(--thinking)
+judge_flags=(--judge lexical)
+[[ -n "${JUDGE_URL:-}" ]] && judge_flags=(--judge-url "$JUDGE_URL" --judge-model "${JUDGE_MODEL:?set JUDGE_MODEL}")
+
+# 1. The sample document, its cache (pdftext + minilm) and the demo gold (CPU).
+if [[ ! -f "$GOLD" ]]; then
+  "$PY" -m data_prep demo --out "$OUT/demo"
+fi
+
+for interface in language coordinate; do
+  pred="$OUT/pred_${interface}_raw.jsonl"
+  # 2. Generation (GPU). Resumable: a rerun skips the questions already in $pred.
+  "$PY" -m eval infer "${infer_flags[@]}" --interface "$interface" --out "$pred"
+  # The resume check: nothing left to generate.
+  "$PY" -m eval infer "${infer_flags[@]}" --interface "$interface" --out "$pred" | tee "$OUT/resume_$interface.log"
+  grep -q "^0 generated" "$OUT/resume_$interface.log"
+done
+
+# 3. Resolve: quotes (the language interface), its budget-matched controls, coordinates raw and snapped.
+"$PY" -m eval resolve --pred "$OUT/pred_language_raw.jsonl" --gold "$GOLD" --cache-dir "$CACHE" --out "$OUT/pred_language.jsonl"
+for q in question question+answer; do
+  "$PY" -m eval resolve --pred "$OUT/pred_language_raw.jsonl" --gold "$GOLD" --cache-dir "$CACHE" --query "$q" \
+    --out "$OUT/pred_language_${q/+/_}.jsonl"
+done
+"$PY" -m eval resolve --pred "$OUT/pred_coordinate_raw.jsonl" --gold "$GOLD" --cache-dir "$CACHE" --out "$OUT/pred_coordinate.jsonl"
+"$PY" -m eval resolve --pred "$OUT/pred_coordinate_raw.jsonl" --gold "$GOLD" --cache-dir "$CACHE" --snap \
+  --out "$OUT/pred_coordinate_snap.jsonl"
+
+# 4. Score every condition, then put them side by side and test language against coordinates.
+runs=()
+for cond in language language_question language_question_answer coordinate coordinate_snap; do
+  "$PY" -m eval score --gold "$GOLD" --pred "$OUT/pred_$cond.jsonl" --cache-dir "$CACHE" "${judge_flags[@]}" \
+    --label "$cond" --out "$OUT/score_$cond"
+  runs+=("$OUT/score_$cond")
+done
+"$PY" -m eval report --runs "${runs[@]}" --out "$OUT/side_by_side"
+"$PY" -m eval compare "$OUT/score_coordinate" "$OUT/score_language"
+echo "gpu smoke: done; see $OUT/side_by_side/tables.md and $OUT/score_language/report.html"

@@ -1,0 +1,349 @@
+"""``python -m eval infer``: generate predictions for a gold file with a policy checkpoint (vLLM, on a GPU).
+
+The protocol of the paper (Section 4, Appendix A): every page of the document, rendered at
+``min(1e6, total_pixels / n_pages)`` pixels (aspect ratio kept) and sent as JPEG, in page order; greedy
+decoding; 1,536 output tokens, 4,096 for thinking models (``--thinking``). The prompt comes from
+``recipes/prompts/<interface>_interface.jinja`` (a Jinja template rendered with ``content`` and ``question``
+(both the question: ``content`` is EasyR1's name, so training and evaluation share the files), ``n_pages``,
+``interface``; it may hold ``=== system ===`` and ``=== user ===`` sections, otherwise it is all user text).
+The user turn is the page images followed by the rendered text.
+
+Resumable: the output JSONL is appended one whole line per finished question (single write, fsync), indices
+already in it are skipped, and a partial last line left by a crash is removed on start.
+
+The model runs behind :class:`Generator` (``generate(requests) -> texts``). :class:`VLLMGenerator` is the real
+one (vLLM offline ``LLM.chat`` with an optional LoRA adapter; imported only when used); tests use a scripted one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from PIL import Image
+from tqdm import tqdm
+
+from data_prep.document import Document
+from data_prep.types import InputError
+from eval.schemas import Gold, append_jsonl, iter_jsonl, read_gold, repair_jsonl_tail
+
+PROMPTS_DIR = Path(__file__).resolve().parents[1] / "recipes" / "prompts"
+"""Where the interface prompts live (``language_interface.jinja``, ``coordinate_interface.jinja``)."""
+
+
+@dataclass(frozen=True)
+class InferConfig:
+    """Inference knobs (defaults: the paper's protocol)."""
+
+    total_pixels: float = 200_000_000
+    """Pixel budget of a whole document; per page ``min(max_pixels_per_page, total_pixels / n_pages)``. The default
+    keeps every page of a 182-page document at the 1 MP cap, as in the paper."""
+    max_pixels_per_page: float = 1_000_000
+    """Per-page cap (one megapixel)."""
+    jpeg_quality: int = 90
+    """JPEG quality of the page images."""
+    max_tokens: int = 1536
+    """Output tokens for non-thinking models."""
+    thinking_max_tokens: int = 4096
+    """Output tokens for thinking models (reasoning must not truncate the citations)."""
+    temperature: float = 0.0
+    """0 = greedy decoding."""
+    batch_size: int = 8
+    """Questions handed to the generator at once (vLLM batches them internally)."""
+    page_labels: bool = False
+    """Put a text part "Page N:" before each page image (CiteVQA's protocol does not)."""
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """One generation: the system text (or None), the page images (JPEG bytes, page order), the user text."""
+
+    index: Any
+    system: str | None
+    images: tuple[bytes, ...]
+    user_text: str
+    page_labels: bool = False
+
+    def messages(self) -> list[dict]:
+        """OpenAI-style chat messages with the images as ``data:image/jpeg;base64`` URLs."""
+        content: list[dict] = []
+        for n, img in enumerate(self.images, 1):
+            if self.page_labels:
+                content.append({"type": "text", "text": f"Page {n}:"})
+            url = "data:image/jpeg;base64," + base64.b64encode(img).decode("ascii")
+            content.append({"type": "image_url", "image_url": {"url": url}})
+        content.append({"type": "text", "text": self.user_text})
+        msgs = [{"role": "system", "content": self.system}] if self.system else []
+        return [*msgs, {"role": "user", "content": content}]
+
+
+class Generator(Protocol):
+    """Anything that turns requests into response texts, one per request, in order."""
+
+    def generate(self, requests: Sequence[GenRequest]) -> list[str]: ...
+
+
+# ---------------------------------------------------------------------------------------------- prompts
+class PromptTemplate:
+    """``recipes/prompts/<interface>_interface.jinja`` split into its system and user parts."""
+
+    def __init__(self, interface: str, prompts_dir: str | Path = PROMPTS_DIR) -> None:
+        import jinja2
+
+        path = Path(prompts_dir) / f"{interface}_interface.jinja"
+        if not path.is_file():
+            raise InputError(
+                f"prompt template {path} not found: the {interface} interface needs it "
+                f"(recipes/prompts/{interface}_interface.jinja)"
+            )
+        self.path = path
+        env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+        try:
+            self.template = env.from_string(path.read_text(encoding="utf-8"))
+        except jinja2.TemplateSyntaxError as e:
+            raise InputError(f"{path}:{e.lineno}: template syntax error ({e.message})") from None
+        self.interface = interface
+
+    def render(self, question: str, n_pages: int) -> tuple[str | None, str]:
+        """``(system or None, user text)`` for one question."""
+        import jinja2
+
+        try:
+            # ``content`` is EasyR1's name for the prompt text in a format_prompt template (the same files).
+            text = self.template.render(content=question, question=question, n_pages=n_pages, interface=self.interface)
+        except jinja2.UndefinedError as e:
+            raise InputError(f"{self.path}: template uses an unknown variable ({e.message})") from None
+        m = re.search(r"^=== system ===\n(.*?)^=== user ===\n(.*)\Z", text, re.DOTALL | re.MULTILINE)
+        if m:
+            return m.group(1).strip() or None, m.group(2).strip()
+        m = re.search(r"^=== user ===\n(.*)\Z", text, re.DOTALL | re.MULTILINE)
+        if m:
+            return None, m.group(1).strip()
+        return None, text.strip()
+
+
+# ---------------------------------------------------------------------------------------------- images
+def page_images(doc: Document, cfg: InferConfig) -> tuple[bytes, ...]:
+    """Every page as JPEG under the per-page budget ``min(max_pixels_per_page, total_pixels / n_pages)``."""
+    budget = Document.page_pixel_budget(doc.n_pages, cfg.total_pixels, cfg.max_pixels_per_page)
+    out = []
+    for p in range(1, doc.n_pages + 1):
+        img = doc.render_page(p, max_pixels=budget)
+        if img.width * img.height > budget:  # the renderer rounds the bitmap size up: trim to the budget
+            s = math.sqrt(budget / (img.width * img.height))
+            img = img.resize((max(1, math.floor(img.width * s)), max(1, math.floor(img.height * s))), Image.LANCZOS)
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=cfg.jpeg_quality)
+        out.append(buf.getvalue())
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------- the run
+def done_indices(out: Path, interface: str) -> set[str]:
+    """Indices already in ``out`` (after removing a partial last line); InputError on another interface."""
+    if not out.exists():
+        return set()
+    dropped = repair_jsonl_tail(out)
+    if dropped:
+        print(f"{out}: removed a partial last line left by an interrupted run")
+    done = set()
+    for lineno, d in iter_jsonl(out):
+        if d.get("interface", interface) != interface:
+            raise InputError(f"{out}:{lineno}: holds {d.get('interface')!r}-interface predictions, not {interface!r}")
+        done.add(str(d["index"]))
+    return done
+
+
+def _answer(text: str, interface: str) -> str:
+    if interface == "coordinate":
+        from eval.coordinate import parse_coordinate_response
+
+        return parse_coordinate_response(text).answer
+    from reward.response import parse_response
+
+    return parse_response(text).answer
+
+
+def run_inference(
+    golds: Sequence[Gold],
+    generator: Generator,
+    out: Path,
+    interface: str,
+    pdf_for: Callable[[Gold], Path],
+    cfg: InferConfig = InferConfig(),
+    template: PromptTemplate | None = None,
+    meta: dict | None = None,
+) -> dict:
+    """Generate a response for every gold question not yet in ``out``, appending one line per question.
+
+    ``pdf_for(gold)`` gives the PDF of a question. Questions are grouped by document so each document is rendered
+    once per batch. Returns counts ``{"total", "skipped", "generated"}``."""
+    template = template or PromptTemplate(interface)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = done_indices(out, interface)
+    todo = [g for g in golds if g.key not in done]
+    todo.sort(key=lambda g: g.doc_key)  # stable: gold order within a document
+    counts = {"total": len(golds), "skipped": len(golds) - len(todo), "generated": 0}
+    images_of: dict[str, tuple[bytes, ...]] = {}
+    with tqdm(total=len(todo), desc=f"infer ({interface})", unit="q", disable=None) as bar:
+        for start in range(0, len(todo), cfg.batch_size):
+            batch = todo[start : start + cfg.batch_size]
+            keep = {g.doc_key for g in batch}
+            images_of = {k: v for k, v in images_of.items() if k in keep}  # only this batch's documents in memory
+            requests = []
+            for g in batch:
+                if g.doc_key not in images_of:
+                    with Document.open(pdf_for(g)) as doc:
+                        images_of[g.doc_key] = page_images(doc, cfg)
+                images = images_of[g.doc_key]
+                system, user = template.render(g.question, len(images))
+                requests.append(GenRequest(g.index, system, images, user, cfg.page_labels))
+            texts = generator.generate(requests)
+            if len(texts) != len(requests):
+                raise RuntimeError(f"generator returned {len(texts)} texts for {len(requests)} requests")
+            for g, text in zip(batch, texts, strict=True):
+                row = {"index": g.index, "interface": interface, "response": text, "answer": _answer(text, interface),
+                       "citations": [], **(meta or {})}  # fmt: skip
+                append_jsonl(out, row)
+                counts["generated"] += 1
+                bar.update(1)
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------- vLLM
+class VLLMGenerator:
+    """vLLM offline generation (GPU). Imports vLLM when constructed, so the rest of the package never needs it.
+
+    Args:
+        model: Hugging Face model folder or name of the base model.
+        lora: folder of a LoRA adapter (EasyR1's ``global_step_N/actor/lora_adapter``), or None.
+        max_tokens, temperature: sampling (greedy by default).
+        max_images: images per prompt vLLM must accept (>= the longest document's pages).
+        tensor_parallel_size, max_model_len, gpu_memory_utilization: vLLM engine settings.
+        max_lora_rank: at least the adapter's rank (the paper's is 64).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        lora: str | None = None,
+        *,
+        max_tokens: int = 1536,
+        temperature: float = 0.0,
+        max_images: int = 200,
+        tensor_parallel_size: int = 1,
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.9,
+        max_lora_rank: int = 64,
+        seed: int = 0,
+    ) -> None:
+        try:
+            from vllm import LLM, SamplingParams
+        except ImportError as e:
+            raise InputError(f"vLLM is not installed ({e}); `eval infer` runs on a GPU machine with vllm") from None
+        kwargs: dict = {
+            "model": model,
+            "tensor_parallel_size": tensor_parallel_size,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "limit_mm_per_prompt": {"image": max_images},
+            "seed": seed,
+            "trust_remote_code": True,
+        }
+        if max_model_len:
+            kwargs["max_model_len"] = max_model_len
+        if lora:
+            if not Path(lora, "adapter_config.json").is_file():
+                raise InputError(f"{lora}: not a LoRA adapter folder (no adapter_config.json)")
+            kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
+        self.llm = LLM(**kwargs)
+        self.params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
+        self.lora_request = None
+        if lora:
+            from vllm.lora.request import LoRARequest
+
+            self.lora_request = LoRARequest("policy", 1, str(lora))
+
+    def generate(self, requests: Sequence[GenRequest]) -> list[str]:
+        outs = self.llm.chat(
+            [r.messages() for r in requests], self.params, lora_request=self.lora_request, use_tqdm=False
+        )
+        return [o.outputs[0].text for o in outs]
+
+
+# ---------------------------------------------------------------------------------------------- command
+def pdf_locator(pdf_dir: Path | None, cache_dir: Path | None, parser: str | None = None) -> Callable[[Gold], Path]:
+    """``gold -> PDF``: the gold's ``pdf`` field, else ``pdf_dir/<doc_key>.pdf``, else the cache's PDF."""
+    docs = None
+    if cache_dir is not None:
+        from eval.cmd_resolve import DocCache
+
+        docs = DocCache(cache_dir, parser=parser)
+
+    def locate(g: Gold) -> Path:
+        if g.extra.get("pdf") and Path(g.extra["pdf"]).is_file():
+            return Path(g.extra["pdf"])
+        if pdf_dir is not None and (pdf_dir / f"{g.doc_key}.pdf").is_file():
+            return pdf_dir / f"{g.doc_key}.pdf"
+        if docs is not None:
+            return docs.get(g.doc_key).pdf_path
+        raise InputError(f"question {g.index!r}: no PDF for doc_key {g.doc_key!r} (give --pdf-dir or --cache-dir)")
+
+    return locate
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="base model folder or name (vLLM)")
+    parser.add_argument("--lora", default=None, help="LoRA adapter folder (e.g. global_step_144/actor/lora_adapter)")
+    parser.add_argument("--gold", type=Path, required=True, help="gold JSONL")
+    parser.add_argument("--interface", required=True, choices=["language", "coordinate"])
+    parser.add_argument("--out", type=Path, required=True, help="predictions JSONL (appended; resumable)")
+    parser.add_argument("--pdf-dir", type=Path, default=None, help="folder of <doc_key>.pdf")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="or: block cache whose manifests name the PDFs")
+    parser.add_argument("--thinking", action="store_true", help="thinking model: 4,096 output tokens")
+    parser.add_argument("--max-tokens", type=int, default=None, help="override the output token limit")
+    parser.add_argument("--total-pixels", type=float, default=InferConfig.total_pixels, help="document pixel budget")
+    parser.add_argument("--batch-size", type=int, default=InferConfig.batch_size)
+    parser.add_argument("--page-labels", action="store_true", help='a "Page N:" text part before each image')
+    parser.add_argument("--prompts-dir", type=Path, default=PROMPTS_DIR)
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N questions of the gold file")
+
+
+def run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    golds = read_gold(args.gold)[: args.limit]
+    template = PromptTemplate(args.interface, args.prompts_dir)  # fail before loading a model
+    cfg = InferConfig(total_pixels=args.total_pixels, batch_size=args.batch_size, page_labels=args.page_labels)
+    max_tokens = args.max_tokens or (cfg.thinking_max_tokens if args.thinking else cfg.max_tokens)
+    locate = pdf_locator(args.pdf_dir, args.cache_dir)
+    max_pages = 1
+    for g in golds:
+        with Document.open(locate(g)) as d:
+            max_pages = max(max_pages, d.n_pages)
+    gen = VLLMGenerator(
+        args.model,
+        args.lora,
+        max_tokens=max_tokens,
+        temperature=cfg.temperature,
+        max_images=max_pages,
+        tensor_parallel_size=args.tensor_parallel_size,
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+    )
+    meta = {"model": args.model, "lora": args.lora, "max_tokens": max_tokens}
+    counts = run_inference(golds, gen, args.out, args.interface, locate, cfg, template, meta)
+    print(
+        f"{counts['generated']} generated, {counts['skipped']} already done, {counts['total']} questions -> {args.out} "
+        f"({time.perf_counter() - t0:.0f} s)"
+    )
+    return 0

@@ -1,0 +1,353 @@
+"""The evaluation metrics, defined exactly (``../shared/SPEC.md``, paper Section 4 and Appendix H).
+
+Scoring rules
+=============
+
+Boxes are ``[x0, y0, x1, y1]`` in PDF points, origin top-left of the displayed page; pages are 1-based.
+
+1. **Boxes.** IoU is computed on the boxes as given (no padding, no clipping). A box with ``x1 < x0`` or
+   ``y1 < y0`` is normalised (each axis sorted) and counted as *malformed* (``counts.malformed_citations``,
+   ``counts.malformed_gold``). A box with zero area never matches anything.
+2. **Match.** A citation matches an annotated element at threshold ``t`` when both are on the same page and
+   ``IoU >= t`` (with ``IoU > 0``; a 1e-9 tolerance absorbs float rounding, so IoU exactly ``t`` matches).
+   Thresholds: 0.1, 0.3, **0.5** (main), 0.7, and ``page`` (same page only, any overlap or none).
+3. **Recall** (per question): necessary elements (``gt_necessary``) matched by at least one citation, divided
+   by the number of necessary elements. Aggregation: mean over **all** questions; a question with no citation
+   (no parseable response, no quote, nothing resolved) scores 0. ``recall.page`` counts a necessary element
+   when any citation is on its page.
+4. **Precision** (per question, CiteVQA "loop semantics"): the number of annotated elements of ``gt_all``
+   (necessary + optional) matched by at least one citation, divided by the number of citations (malformed and
+   zero-area citations included in the denominator). One box covering two annotated elements adds 2 to the
+   numerator and 1 to the denominator, so a question's precision can exceed 1; two citations on one element add
+   1. Aggregation: mean over the questions with **at least one citation** (undefined otherwise), at IoU 0.5.
+5. **F1** (per question): ``2PR / (P + R)`` from rules 3-4 at IoU 0.5; 0 when P or R is 0 or there is no
+   citation. Aggregation: mean over all questions. (Because P can exceed 1, so can a single question's F1.)
+6. **Format rate**: share of responses with at least one parseable citation (``len(citations) > 0`` after
+   resolution). ``citations_per_response``: mean number of citations over all questions (zeros included).
+7. **Missing predictions**: a gold question without a prediction record is scored as an empty response
+   (recall 0, F1 0, not formatted) and counted in ``counts.missing_predictions``. A prediction whose index is
+   not in the gold file is an error.
+8. **Judge metrics** (only with a judge): the judge returns integers 0..5 for answer correctness ``Ans`` and
+   evidence relevance ``Rel``; Rel is judged on crops of the cited regions (rendered from the PDF, at most 6),
+   never on the raw quotes. ``ans``/``rel`` are the mean scores divided by 5 (tables print x100, i.e. the
+   paper's x20). With ``A = Ans >= 4`` and ``E = Rel >= 4 or recall@0.5 >= 0.6``: ``saa`` = share with
+   ``A and E``; ``ah`` = among questions with ``A``, the share with ``not E`` (attribution hallucination, lower
+   is better); ``saa_strict`` = share with ``A and Rel >= 4``; ``ah_strict`` likewise without the recall
+   disjunct. A question whose judge output does not parse is left out of ``ans``/``rel``/``saa``/``ah`` and
+   counted in ``judge_failures`` (``{"failed": n, "judged": m}``; ``judged`` is the denominator of the judge
+   metrics). The judge is :mod:`reward.judge` (one request per question returning answer, relevance and
+   coverage, with the prompt ``recipes/prompts/judge.txt`` unless ``--judge-prompt`` names another); the paper's
+   evaluation judge is a different model with CiteVQA's two prompts, so absolute Ans/Rel are comparable only
+   between runs scored by the same judge.
+9. **Parser ceiling** (with ``--cache-dir``): recall at each threshold if every parsed block of the
+   question's document were cited (rule 3 with the cache's blocks as citations).
+
+How this differs from CiteVQA's released scorer (``eval/run.py`` of opendatalab/CiteVQA)
+----------------------------------------------------------------------------------------
+* Its judge scores are parsed and multiplied by 1/20 before its SAA test ``qa_acc >= 4 and (rel >= 4 or
+  recall >= 0.6)``, so the first two comparisons can never pass and SAA is 0 whatever the model does. We keep
+  the 0-5 scores for the test and divide by 5 only for reporting.
+* Its relevance judge receives page images from a field of its own inference records, not crops of the cited
+  regions; ours gets the crops of the regions the citations point to (paper Appendix A).
+* It returns no F1 (None, excluded from the mean) when recall + precision is 0; ours scores such a question
+  0 and averages F1 over all questions.
+* It reads its ground truth from an ``answer_bboxes`` field that its released data does not carry; ours reads
+  the gold file above (built by ``python -m data_prep citevqa``).
+* Its IoU adds 1e-6 to the union, so an IoU of exactly 0.5 fails its ``>= 0.5``; ours matches (rule 2).
+* Its page recall is the share of distinct gold *pages* cited; ours is element-level (rule 3).
+* Recall is scored against ``gt_necessary`` and precision against ``gt_all`` (the paper's protocol choice,
+  Appendix H); citations are scored on the page the model names, without correcting page indices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from data_prep.registry import Registry
+from eval.boxes import iou_normalized, match_matrix, matches
+from eval.schemas import Cited, Element, Gold, Prediction
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """Knobs of the scorer (defaults are the paper's)."""
+
+    thresholds: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7)
+    """IoU thresholds reported besides same-page recall."""
+    main_iou: float = 0.5
+    """The IoU threshold of precision, F1, SAA's recall disjunct and the headline recall."""
+    judge_pass: int = 4
+    """A judge score (0..5) at or above this passes (Ans >= 4, Rel >= 4)."""
+    saa_recall: float = 0.6
+    """SAA's recall disjunct: recall at ``main_iou`` at or above this attributes the answer."""
+    judge_scale: float = 5.0
+    """Judge scores are divided by this for metrics.json (fractions in [0, 1])."""
+
+    def threshold_keys(self) -> list[str]:
+        return ["page", *(threshold_key(t) for t in self.thresholds)]
+
+
+def threshold_key(t: float | None) -> str:
+    """``None`` -> ``"page"``; ``0.5`` -> ``"0.5"``."""
+    return "page" if t is None else f"{t:g}"
+
+
+# ---------------------------------------------------------------------------------------------- per question
+@dataclass(frozen=True)
+class BoxScores:
+    """Box metrics of one question.
+
+    Attributes:
+        n_citations: number of citations (malformed and zero-area ones included).
+        n_malformed: citations whose box had x1 < x0 or y1 < y0.
+        recall: threshold key -> recall.
+        precision: at ``main_iou``; None when there is no citation.
+        f1: at ``main_iou`` (0 without citations).
+        necessary_hit: threshold key -> per necessary element, matched by some citation.
+        citation_hit: per citation, matches some necessary element at ``main_iou``.
+        citation_hit_all: per citation, matches some ``gt_all`` element at ``main_iou``.
+    """
+
+    n_citations: int
+    n_malformed: int
+    recall: dict[str, float]
+    precision: float | None
+    f1: float
+    necessary_hit: dict[str, tuple[bool, ...]]
+    citation_hit: tuple[bool, ...]
+    citation_hit_all: tuple[bool, ...]
+
+
+def _arrays(items: Sequence[Element] | Sequence[Cited]) -> tuple[np.ndarray, np.ndarray]:
+    pages = np.array([e.page for e in items], dtype=np.int64)
+    boxes = np.array([e.bbox for e in items], dtype=np.float64).reshape(-1, 4)
+    return pages, boxes
+
+
+def _iou_table(elements: Sequence[Element], citations: Sequence[Cited]) -> list[list[float | None]]:
+    """IoU of each element with each citation; None when they are on different pages. Questions have a handful of
+    boxes, so plain Python beats array code here (see benchmarks/bench_eval.py)."""
+    return [[iou_normalized(e.bbox, c.bbox) if e.page == c.page else None for c in citations] for e in elements]
+
+
+def _hit(v: float | None, t: float | None) -> bool:
+    return v is not None and (t is None or matches(v, t))
+
+
+def score_boxes(gold: Gold, citations: Sequence[Cited], cfg: ScoringConfig = ScoringConfig()) -> BoxScores:
+    """Rules 1-5 of the module docstring for one question."""
+    n_nec, n_cit = len(gold.gt_necessary), len(citations)
+    nec = _iou_table(gold.gt_necessary, citations)
+    recall: dict[str, float] = {}
+    nec_hit: dict[str, tuple[bool, ...]] = {}
+    thresholds = [None, *cfg.thresholds]
+    if cfg.main_iou not in cfg.thresholds:
+        thresholds.append(cfg.main_iou)
+    for t in thresholds:
+        hit = tuple(any(_hit(v, t) for v in row) for row in nec)
+        nec_hit[threshold_key(t)] = hit
+        recall[threshold_key(t)] = sum(hit) / n_nec
+    main_k = threshold_key(cfg.main_iou)
+    if n_cit:
+        alls = _iou_table(gold.gt_all, citations)
+        precision: float | None = sum(any(_hit(v, cfg.main_iou) for v in row) for row in alls) / n_cit
+        cit_hit = tuple(any(_hit(row[j], cfg.main_iou) for row in nec) for j in range(n_cit))
+        cit_hit_all = tuple(any(_hit(row[j], cfg.main_iou) for row in alls) for j in range(n_cit))
+    else:
+        precision, cit_hit, cit_hit_all = None, (), ()
+    r = recall[main_k]
+    f1 = 0.0 if not precision or not r else 2 * precision * r / (precision + r)
+    return BoxScores(
+        n_citations=n_cit,
+        n_malformed=sum(c.malformed for c in citations),
+        recall=recall,
+        precision=precision,
+        f1=f1,
+        necessary_hit=nec_hit,
+        citation_hit=cit_hit,
+        citation_hit_all=cit_hit_all,
+    )
+
+
+@dataclass(frozen=True)
+class JudgeOutcome:
+    """The judge's integer scores 0..5 for one question; None where its output did not parse."""
+
+    answer: int | None
+    relevance: int | None
+    coverage: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.answer is None or self.relevance is None
+
+
+@dataclass(frozen=True)
+class QuestionResult:
+    """Everything scored about one question: the metric functions read only this."""
+
+    gold: Gold
+    prediction: Prediction | None
+    boxes: BoxScores
+    judge: JudgeOutcome | None = None
+    cfg: ScoringConfig = field(default_factory=ScoringConfig)
+
+    @property
+    def recall_main(self) -> float:
+        return self.boxes.recall[threshold_key(self.cfg.main_iou)]
+
+    def answer_correct(self) -> bool | None:
+        if self.judge is None or self.judge.failed:
+            return None
+        return self.judge.answer >= self.cfg.judge_pass
+
+    def attributed(self, strict: bool = False) -> bool | None:
+        """``Rel >= 4`` (strict) or ``Rel >= 4 or recall@0.5 >= 0.6``; None without a parsed judge output."""
+        if self.judge is None or self.judge.failed:
+            return None
+        rel_ok = self.judge.relevance >= self.cfg.judge_pass
+        return rel_ok if strict else rel_ok or self.recall_main >= self.cfg.saa_recall - 1e-12
+
+
+# ---------------------------------------------------------------------------------------------- metric registry
+@dataclass(frozen=True)
+class Metric:
+    """A per-question value (None = the question does not count) and how it is aggregated."""
+
+    name: str
+    per_question: Callable[[QuestionResult], float | None]
+    aggregation: str
+    higher_is_better: bool
+    needs_judge: bool = False
+
+    def aggregate(self, results: Sequence[QuestionResult]) -> float | None:
+        """Mean of the per-question values that are not None; None when no question counts."""
+        vals = [v for v in (self.per_question(r) for r in results) if v is not None]
+        return float(np.mean(vals)) if vals else None
+
+
+METRICS: Registry[Metric] = Registry("metric")
+METRIC_ORDER: list[str] = []
+
+
+def _metric(name: str, aggregation: str, higher_is_better: bool, needs_judge: bool = False):
+    def deco(fn: Callable[[QuestionResult], float | None]) -> Callable[[QuestionResult], float | None]:
+        m = Metric(name, fn, aggregation, higher_is_better, needs_judge)
+        METRICS.register(name)(lambda: m)
+        METRIC_ORDER.append(name)
+        return fn
+
+    return deco
+
+
+def get_metric(name: str) -> Metric:
+    """The registered metric ``name`` (KeyError with a did-you-mean hint otherwise)."""
+    return METRICS.create(name)
+
+
+def recall_metric(key: str) -> Metric:
+    """Recall at a threshold key (``"page"``, ``"0.5"``, ...): mean over all questions, higher is better."""
+    return Metric(f"recall@{key}", lambda r: r.boxes.recall[key], "mean over all questions", True)
+
+
+@_metric("precision", "mean over questions with >= 1 citation", higher_is_better=True)
+def _precision(r: QuestionResult) -> float | None:
+    return r.boxes.precision
+
+
+@_metric("f1", "mean over all questions (0 without citation)", higher_is_better=True)
+def _f1(r: QuestionResult) -> float | None:
+    return r.boxes.f1
+
+
+@_metric("format_rate", "share of all questions with >= 1 citation", higher_is_better=True)
+def _format_rate(r: QuestionResult) -> float | None:
+    return float(r.boxes.n_citations > 0)
+
+
+@_metric("citations_per_response", "mean over all questions", higher_is_better=False)
+def _cpr(r: QuestionResult) -> float | None:
+    return float(r.boxes.n_citations)
+
+
+@_metric("ans", "mean Ans / 5 over questions with a parsed judge output", True, needs_judge=True)
+def _ans(r: QuestionResult) -> float | None:
+    if r.judge is None or r.judge.failed:
+        return None
+    return r.judge.answer / r.cfg.judge_scale
+
+
+@_metric("rel", "mean Rel / 5 over questions with a parsed judge output", True, needs_judge=True)
+def _rel(r: QuestionResult) -> float | None:
+    if r.judge is None or r.judge.failed:
+        return None
+    return r.judge.relevance / r.cfg.judge_scale
+
+
+@_metric("saa", "share of judged questions: Ans>=4 and (Rel>=4 or recall@0.5>=0.6)", True, needs_judge=True)
+def _saa(r: QuestionResult) -> float | None:
+    a, e = r.answer_correct(), r.attributed()
+    return None if a is None else float(a and e)
+
+
+@_metric("ah", "among judged questions with Ans>=4: share not attributed", False, needs_judge=True)
+def _ah(r: QuestionResult) -> float | None:
+    a, e = r.answer_correct(), r.attributed()
+    return None if not a else float(not e)
+
+
+@_metric("saa_strict", "share of judged questions: Ans>=4 and Rel>=4", True, needs_judge=True)
+def _saa_strict(r: QuestionResult) -> float | None:
+    a, e = r.answer_correct(), r.attributed(strict=True)
+    return None if a is None else float(a and e)
+
+
+@_metric("ah_strict", "among judged questions with Ans>=4: share with Rel<4", False, needs_judge=True)
+def _ah_strict(r: QuestionResult) -> float | None:
+    a, e = r.answer_correct(), r.attributed(strict=True)
+    return None if not a else float(not e)
+
+
+# ---------------------------------------------------------------------------------------------- aggregation
+def aggregate(results: Sequence[QuestionResult], cfg: ScoringConfig = ScoringConfig(), judged: bool = False) -> dict:
+    """The metrics.json dictionary (without ``parser_ceiling``): fractions in [0, 1] (precision can exceed 1
+    only when citations cover several annotated elements each)."""
+    out: dict = {"n": len(results)}
+    out["recall"] = {k: recall_metric(k).aggregate(results) or 0.0 for k in cfg.threshold_keys()}
+    for name in ("precision", "f1", "format_rate", "citations_per_response"):
+        out[name] = get_metric(name).aggregate(results)
+    if judged:
+        for name in ("ans", "rel", "saa", "ah", "saa_strict", "ah_strict"):
+            out[name] = get_metric(name).aggregate(results)
+        failed = sum(1 for r in results if r.judge is None or r.judge.failed)
+        out["judge_failures"] = {"failed": failed, "judged": len(results) - failed}
+    out["counts"] = {
+        "with_citation": sum(r.boxes.n_citations > 0 for r in results),
+        "citations": sum(r.boxes.n_citations for r in results),
+        "malformed_citations": sum(r.boxes.n_malformed for r in results),
+        "malformed_gold": sum(e.malformed for r in results for e in (*r.gold.gt_necessary, *r.gold.gt_all)),
+        "missing_predictions": sum(r.prediction is None for r in results),
+        "necessary_elements": sum(len(r.gold.gt_necessary) for r in results),
+    }
+    return out
+
+
+def parser_ceiling_question(gold: Gold, block_pages: np.ndarray, block_boxes: np.ndarray, cfg: ScoringConfig) -> dict:
+    """Recall per threshold key if every block (pages 1-based, boxes in points) were cited."""
+    nec_p, nec_b = _arrays(gold.gt_necessary)
+    out = {}
+    for t in (None, *cfg.thresholds):
+        m = match_matrix(nec_p, nec_b, block_pages, block_boxes, t)
+        out[threshold_key(t)] = float(m.any(axis=1).sum()) / len(gold.gt_necessary) if len(block_pages) else 0.0
+    return out
+
+
+def metric_docs() -> list[dict]:
+    """Name, aggregation and direction of every registered metric (for the docs and the report)."""
+    return [
+        {"name": m.name, "aggregation": m.aggregation, "higher_is_better": m.higher_is_better}
+        for m in (get_metric(n) for n in METRIC_ORDER)
+    ]

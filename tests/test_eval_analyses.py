@@ -1,0 +1,112 @@
+"""Analyses (eval/analyses.py): residual decomposition, selective prediction, breakdowns, quote fidelity."""
+
+from __future__ import annotations
+
+import pytest
+
+from data_prep.types import Block
+from eval.analyses import (
+    breakdown,
+    element_type_recall,
+    quote_fidelity,
+    residual_decomposition,
+    selective_prediction,
+)
+from eval.metrics import JudgeOutcome, QuestionResult, score_boxes
+from eval.schemas import Cited, Element, Gold, Prediction
+
+BLOCKS = [
+    Block(0, 1, (0.0, 0.0, 100.0, 100.0), "text", "Revenue grew 12% in 2023."),
+    Block(1, 1, (0.0, 200.0, 100.0, 300.0), "text", "Costs fell by a third."),
+    Block(2, 1, (0.0, 400.0, 400.0, 600.0), "table", "Region | Sales"),  # a big block
+    Block(3, 2, (0.0, 0.0, 100.0, 100.0), "text", "Outlook for 2024 is stable."),
+]
+
+
+def result(elements, citations, candidates=None, language="en", qtype="T", types=None, judge=None, index=0):
+    nec = tuple(Element(p, b) for p, b in elements)
+    g = Gold(index, "doc", "q", "a", language, qtype, nec, nec, types)
+    extra = {} if candidates is None else {"candidates": candidates}
+    p = Prediction(index, "language", "", "a", tuple(citations), extra)
+    return QuestionResult(g, p, score_boxes(g, citations), judge)
+
+
+def cite(block: Block, similarity: float | None = None, quote: str | None = None) -> Cited:
+    return Cited(block.page, block.bbox, similarity, quote, block.block_id)
+
+
+def test_each_necessary_element_falls_in_exactly_one_residual_category():
+    r = result(
+        [
+            (1, BLOCKS[0].bbox),  # cited: recovered
+            (1, BLOCKS[1].bbox),  # block 1 is in a quote's top-k but was not cited: rank-limited
+            (2, BLOCKS[3].bbox),  # reachable (block 3) but in no candidate list: not retrieved
+            (1, (10.0, 420.0, 60.0, 450.0)),  # inside the big table block only: parser-unreachable at IoU 0.5
+            (2, (300.0, 300.0, 400.0, 400.0)),  # no block near it at all: unreachable by both criteria
+        ],
+        [cite(BLOCKS[0])],
+        candidates=[[0, 1]],
+    )
+    out = residual_decomposition([r], lambda key: BLOCKS)
+    iou = out["iou"]
+    assert iou["counts"] == {"recovered": 1, "rank_limited": 1, "not_retrieved": 1, "parser_unreachable": 2}
+    assert iou["n_elements"] == 5 and iou["recovered"] == pytest.approx(0.2)
+    assert iou["not_retrieved_incl_unreachable"] == pytest.approx(3 / 5)
+    # With containment the element inside the table block becomes reachable (and is in no candidate list).
+    assert out["containment"]["counts"] == {"recovered": 1, "rank_limited": 1, "not_retrieved": 2,
+                                            "parser_unreachable": 1}  # fmt: skip
+    assert out["unreachable_contained"] == pytest.approx(1 / 2)
+
+
+def test_selective_prediction_bins_by_similarity_and_tracks_precision_when_abstaining():
+    # Ten citations, similarity 0.0..0.9; the five most similar hit a necessary element.
+    hits = [(BLOCKS[0], True)] * 5
+    misses = [(BLOCKS[1], False)] * 5
+    rs = []
+    for i, (block, _) in enumerate(misses + hits):
+        rs.append(result([(1, BLOCKS[0].bbox)], [cite(block, similarity=i / 10)], index=i))
+    sp = selective_prediction(rs)
+    assert sp["n_citations"] == 10
+    assert [b["n"] for b in sp["bins"]] == [2, 2, 2, 2, 2]
+    assert [b["hit_rate"] for b in sp["bins"]] == [0.0, 0.0, 0.5, 1.0, 1.0]
+    assert sp["bins"][0]["lo"] == 0.0 and sp["bins"][-1]["hi"] == pytest.approx(0.9)
+    assert [(r["keep"], r["n"], r["precision"]) for r in sp["retention"]] == [
+        (1.0, 10, 0.5), (0.8, 8, 5 / 8), (0.6, 6, 5 / 6), (0.4, 4, 1.0), (0.2, 2, 1.0)]  # fmt: skip
+
+
+def test_selective_prediction_is_none_without_similarities():
+    assert selective_prediction([result([(1, BLOCKS[0].bbox)], [cite(BLOCKS[0])])]) is None
+
+
+def test_breakdown_by_language_and_element_type_recall():
+    rs = [
+        result([(1, BLOCKS[0].bbox)], [cite(BLOCKS[0])], language="en", types=("text",), judge=JudgeOutcome(5, 5, 5)),
+        result([(1, BLOCKS[2].bbox), (1, BLOCKS[1].bbox)], [cite(BLOCKS[2])], language="zh", types=("table", "text"),
+               judge=JudgeOutcome(4, 1, 0), index=1),
+        result([(2, BLOCKS[3].bbox)], [], language="zh", types=("figure",), judge=JudgeOutcome(1, 0, 0), index=2),
+    ]  # fmt: skip
+    by = breakdown(rs, lambda r: r.gold.language, judged=True)
+    assert by["en"]["n"] == 1 and by["en"]["recall@0.5"] == 1.0 and by["en"]["saa"] == 1.0
+    assert by["zh"]["n"] == 2 and by["zh"]["recall@0.5"] == pytest.approx(0.25)
+    assert by["zh"]["ah"] == 1.0  # the one correct zh answer is not attributed (Rel 1, recall 0.5 < 0.6)
+    et = element_type_recall(rs)
+    assert et == {
+        "figure": {"n_elements": 1, "recall": 0.0},
+        "table": {"n_elements": 1, "recall": 1.0},
+        "text": {"n_elements": 2, "recall": 0.5},
+    }
+
+
+def test_quote_fidelity_counts_exact_substrings_and_fuzzy_matches():
+    rs = [
+        result(
+            [(1, BLOCKS[0].bbox)],
+            [
+                cite(BLOCKS[0], quote="revenue  GREW 12%"),  # exact after normalisation (case, spaces)
+                cite(BLOCKS[1], quote="Costs fell by one third."),  # token F1 with block 1 = 0.8: fuzzy
+                cite(BLOCKS[3], quote="Weather was mild."),  # neither
+            ],
+        )  # fmt: skip
+    ]
+    q = quote_fidelity(rs, lambda key: BLOCKS)
+    assert q == {"n_quotes": 3, "exact": pytest.approx(1 / 3), "fuzzy": pytest.approx(2 / 3)}

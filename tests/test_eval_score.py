@@ -1,0 +1,190 @@
+"""``eval score``: the output files, the parser ceiling, the judge path against the scripted server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from data_prep.cache import build_cache
+from data_prep.cli import main as cli_main
+from data_prep.types import Block
+from eval.__main__ import COMMANDS
+from eval.schemas import write_jsonl
+from tests.support.openai_server import ScriptedOpenAIServer, chat_completion
+
+BOXES = [
+    (1, (60.0, 80.0, 530.0, 120.0), "The harbour bridge was opened to traffic in 1932."),
+    (1, (60.0, 140.0, 530.0, 180.0), "Steel for the arch came from Middlesbrough."),
+    (2, (60.0, 80.0, 530.0, 120.0), "Toll revenue reached 120 million dollars in 2019."),
+]
+
+
+class FixedParser:
+    name = "fixed"
+
+    def __init__(self, blocks):
+        self.blocks = blocks
+
+    def version(self):
+        return "score-test-1"
+
+    def parse(self, doc, output=None):
+        return self.blocks
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, sample_pdf):
+    blocks = [Block(i, p, b, "text", t) for i, (p, b, t) in enumerate(BOXES)]
+    return build_cache(sample_pdf, FixedParser(blocks), None, tmp_path_factory.mktemp("cache"))
+
+
+def _gold(doc_key):
+    return [
+        {"index": 0, "doc_key": doc_key, "question": "QUESTION-ZERO when did the bridge open?", "answer": "1932",
+         "language": "en", "qtype": "Factual Retrieval", "gt_necessary": [[1, *BOXES[0][1]]],
+         "gt_all": [[1, *BOXES[0][1]], [1, *BOXES[1][1]]], "gt_types": ["text"]},
+        {"index": 1, "doc_key": doc_key, "question": "QUESTION-ONE what were the tolls?", "answer": "120 million",
+         "language": "zh", "qtype": "Quantitative Reasoning", "gt_necessary": [[2, *BOXES[2][1]]],
+         "gt_all": [[2, *BOXES[2][1]]], "gt_types": ["table"]},
+        {"index": 2, "doc_key": doc_key, "question": "QUESTION-TWO where did the steel come from?",
+         "answer": "Middlesbrough", "language": "en", "qtype": "Factual Retrieval",
+         "gt_necessary": [[1, *BOXES[1][1]]], "gt_all": [[1, *BOXES[1][1]]]},
+    ]  # fmt: skip
+
+
+def _preds():
+    c0 = {"page": 1, "bbox": list(BOXES[0][1]), "block_id": 0, "similarity": 0.9, "quote": "opened to traffic"}
+    c1 = {"page": 1, "bbox": list(BOXES[1][1]), "block_id": 1, "similarity": 0.4, "quote": "Steel for the arch"}
+    return [
+        {"index": 0, "interface": "language", "response": "{}", "answer": "1932", "citations": [c0, c1],
+         "candidates": [[0, 1], [1, 0]]},
+        {"index": 1, "interface": "language", "response": "no json", "answer": "", "citations": []},
+        {"index": 2, "interface": "language", "response": "{}", "answer": "Middlesbrough", "citations": [c1],
+         "candidates": [[1]]},
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def files(tmp_path, cache):
+    g, p = tmp_path / "gold.jsonl", tmp_path / "pred.jsonl"
+    write_jsonl(g, _gold(cache.key))
+    write_jsonl(p, _preds())
+    return g, p
+
+
+def _score(g, p, out, *extra):
+    return cli_main("eval", "", COMMANDS, ["score", "--gold", str(g), "--pred", str(p), "--out", str(out), *extra])
+
+
+def test_score_writes_metrics_with_the_documented_keys_and_every_output_file(files, tmp_path, capsys):
+    g, p = files
+    out = tmp_path / "out"
+    assert _score(g, p, out, "--no-report") == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m) == {"n", "recall", "precision", "f1", "format_rate", "citations_per_response", "counts"}
+    assert set(m["recall"]) == {"page", "0.1", "0.3", "0.5", "0.7"}
+    assert m["n"] == 3
+    assert m["recall"]["0.5"] == pytest.approx(2 / 3)  # q0 and q2 found, q1 cited nothing
+    assert m["precision"] == pytest.approx((2 / 2 + 1 / 1) / 2)  # q0: both citations hit gt_all (1 optional)
+    assert m["f1"] == pytest.approx(2 / 3)
+    assert m["format_rate"] == pytest.approx(2 / 3)
+    assert m["citations_per_response"] == pytest.approx(1.0)
+    rows = [json.loads(x) for x in (out / "per_question.jsonl").read_text().splitlines()]
+    assert [r["recall"]["0.5"] for r in rows] == [1.0, 0.0, 1.0]
+    assert rows[0]["citations"][1]["hit"] is False and rows[0]["citations"][1]["hit_any"] is True
+    tables = (out / "tables.md").read_text()
+    assert "| pred | 66.7 | 100.0 | 66.7 |" in tables  # Rec.5, Prec, F1 in percentages
+    assert "By language" in tables and "| zh | 1 | 0.0 |" in tables
+    assert (out / "recall_vs_iou.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "report.html").exists()
+    assert "scored 3 questions" in capsys.readouterr().out
+
+
+def test_score_with_the_cache_adds_parser_ceiling_residuals_and_a_report_with_pages(files, tmp_path, cache):
+    g, p = files
+    out = tmp_path / "out"
+    assert _score(g, p, out, "--cache-dir", str(cache.path.parent)) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["parser_ceiling"] == {"page": 1.0, "0.1": 1.0, "0.3": 1.0, "0.5": 1.0, "0.7": 1.0}
+    a = json.loads((out / "analyses.json").read_text())
+    assert a["residuals"]["iou"]["counts"] == {"recovered": 2, "rank_limited": 0, "not_retrieved": 1,
+                                               "parser_unreachable": 0}  # fmt: skip
+    assert a["by_element_type"] == {
+        "table": {"n_elements": 1, "recall": 0.0},
+        "text": {"n_elements": 1, "recall": 1.0},
+    }
+    html = (out / "report.html").read_text()
+    assert html.count("class='q'") == 3
+    assert "report_files/q0_p1.jpg" in html and "report_files/q1_p2.jpg" in html
+    assert (out / "report_files" / "q0_p1.jpg").read_bytes()[:2] == b"\xff\xd8"
+    assert "opened to traffic" in html and "0.900" in html
+
+
+def test_judge_metrics_through_the_scripted_server(files, tmp_path, cache):
+    g, p = files
+
+    def handler(path, body, n):
+        if path != "/v1/chat/completions":
+            return None
+        text = json.dumps(body["messages"])
+        if "QUESTION-ZERO" in text:
+            return chat_completion('{"answer": 5, "relevance": 2, "coverage": 3}')
+        if "QUESTION-ONE" in text:
+            return chat_completion('{"answer": 4, "relevance": 1, "coverage": 0}')
+        return chat_completion("I would rather not grade this one.")  # unparseable: left out and counted
+
+    out = tmp_path / "out"
+    with ScriptedOpenAIServer(handler=handler) as srv:
+        rc = _score(g, p, out, "--cache-dir", str(cache.path.parent), "--judge-url", srv.url, "--judge-model",
+                    "judge-model", "--no-report")  # fmt: skip
+        requests = [b for path, b in srv.requests if path == "/v1/chat/completions"]
+    assert rc == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["judge_failures"] == {"failed": 1, "judged": 2}
+    assert m["ans"] == pytest.approx((5 + 4) / 2 / 5)
+    assert m["rel"] == pytest.approx((2 + 1) / 2 / 5)
+    # q0: Ans 5, Rel 2 but recall 1 >= 0.6 -> SAA; q1: Ans 4, Rel 1, recall 0 -> hallucination.
+    assert m["saa"] == 0.5 and m["ah"] == 0.5
+    assert m["saa_strict"] == 0.0 and m["ah_strict"] == 1.0
+    assert m["recall"]["0.5"] == pytest.approx(2 / 3)  # the unjudged question still counts for box metrics
+    # The judge saw one crop per distinct cited block and never the quotes.
+    by_q = {("ZERO" if "QUESTION-ZERO" in json.dumps(b) else "ONE" if "QUESTION-ONE" in json.dumps(b) else "TWO"): b
+            for b in requests}  # fmt: skip
+    images = {
+        k: sum(1 for part in b["messages"][1]["content"] if part["type"] == "image_url") for k, b in by_q.items()
+    }
+    assert images == {"ZERO": 2, "ONE": 0, "TWO": 1}
+    assert "opened to traffic" not in json.dumps(requests)
+    rows = [json.loads(x) for x in (out / "per_question.jsonl").read_text().splitlines()]
+    assert [r["saa"] for r in rows] == [1.0, 0.0, None]
+    assert rows[2]["judge"] is None
+
+
+def test_lexical_judge_runs_offline(files, tmp_path, cache):
+    g, p = files
+    out = tmp_path / "out"
+    assert _score(g, p, out, "--cache-dir", str(cache.path.parent), "--judge", "lexical", "--no-report") == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["judge_failures"] == {"failed": 0, "judged": 3}
+    assert m["ans"] == pytest.approx((5 + 0 + 5) / 3 / 5)  # q1's empty answer shares no gold token
+
+
+BAD_RUNS = [
+    (["--judge", "lexical"], "a judge needs --cache-dir"),  # crops need the PDFs
+    (["--judge-url", "http://127.0.0.1:9/v1"], "--judge-url needs --judge-model"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), BAD_RUNS)
+def test_bad_judge_options_fail_fast_with_one_line(files, tmp_path, capsys, extra, message):
+    g, p = files
+    assert _score(g, p, tmp_path / "out", *extra) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_prediction_for_an_unknown_question_is_an_error(files, tmp_path, capsys):
+    g, p = files
+    write_jsonl(p, [*_preds(), {"index": 42, "response": "", "citations": []}])
+    assert _score(g, p, tmp_path / "out") == 2
+    assert "prediction index 42 is not in the gold file" in capsys.readouterr().err
