@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.document import Document, sha256_file
+from data_prep.encoders import l2_normalize
 from data_prep.types import Block, InputError, clip_bbox
 
 CACHE_FORMAT = 1
@@ -39,6 +40,10 @@ BBOX_TOLERANCE = 2.0
 
 class CacheError(InputError):
     """A cache entry is missing, truncated or does not match its manifest."""
+
+
+_MANIFEST_KEYS = ("format", "doc_key", "pdf_sha256", "pdf_path", "n_pages", "page_sizes", "parser", "encoder")
+_MANIFEST_KEYS += ("n_blocks", "blocks_sha256", "created")
 
 
 def make_doc_key(pdf_sha256: str, parser_name: str, parser_version: str, encoder_fingerprint: str | None) -> str:
@@ -126,6 +131,25 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def _remove_stale(cache_dir: Path, key: str) -> None:
+    """Remove temp and trash dirs of ``key`` left by a killed build. Only called under the key's lock, and temp
+    dirs are only made under it, so none of them belongs to a live build."""
+    for pattern in (f".tmp-{key}-*", f".trash-{key}-*"):
+        for p in cache_dir.glob(pattern):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _entry_matches(manifest: dict, expected: dict) -> bool:
+    """Whether an existing entry was built from the same PDF bytes, parser version and encoder (the key holds only
+    prefixes of their hashes)."""
+    enc = manifest.get("encoder") or {}
+    return (
+        manifest.get("pdf_sha256") == expected["pdf_sha256"]
+        and manifest.get("parser") == expected["parser"]
+        and enc.get("fingerprint") == expected["encoder_fingerprint"]
+    )
+
+
 def validate_blocks(blocks: list[Block], page_sizes: list[tuple[float, float]], source: str) -> list[Block]:
     """Check ids, pages and boxes against the document; clip boxes that overshoot by rounding."""
     out = []
@@ -160,8 +184,15 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise CacheError(f"{manifest_path}: unreadable manifest ({e})") from None
+    if not isinstance(manifest, dict):
+        raise CacheError(f"{manifest_path}: manifest is not a JSON object; rebuild")
+    missing = [k for k in _MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise CacheError(f"{manifest_path}: manifest lacks {', '.join(missing)}; rebuild")
     if manifest.get("doc_key") != key:
         raise CacheError(f"{manifest_path}: manifest is for {manifest.get('doc_key')!r}, not {key!r}")
+    if manifest.get("format") != CACHE_FORMAT:
+        raise CacheError(f"{manifest_path}: cache format {manifest.get('format')!r}, expected {CACHE_FORMAT}; rebuild")
     blocks_path = path / "blocks.jsonl"
     try:
         raw = blocks_path.read_bytes()
@@ -169,7 +200,10 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
         raise CacheError(f"{blocks_path}: unreadable ({e.strerror})") from None
     if _sha256_bytes(raw) != manifest.get("blocks_sha256"):
         raise CacheError(f"{blocks_path}: content does not match the manifest (truncated or edited); rebuild")
-    blocks = [Block.from_json(json.loads(line)) for line in raw.decode("utf-8").splitlines() if line.strip()]
+    try:
+        blocks = [Block.from_json(json.loads(line)) for line in raw.decode("utf-8").splitlines() if line.strip()]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise CacheError(f"{blocks_path}: not valid block records ({e}); rebuild") from None
     if len(blocks) != manifest.get("n_blocks"):
         raise CacheError(f"{blocks_path}: {len(blocks)} blocks, manifest says {manifest.get('n_blocks')}")
     embeddings = None
@@ -179,7 +213,10 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
             embeddings = np.load(emb_path, mmap_mode="r" if mmap else None)
         except (OSError, ValueError) as e:
             raise CacheError(f"{emb_path}: unreadable or truncated ({e}); rebuild") from None
-        expected = (len(blocks), int(manifest["encoder"]["dim"]))
+        try:
+            expected = (len(blocks), int(manifest["encoder"]["dim"]))
+        except (KeyError, TypeError, ValueError):
+            raise CacheError(f"{manifest_path}: encoder entry has no dim; rebuild") from None
         if embeddings.shape != expected or embeddings.dtype != np.float16:
             raise CacheError(f"{emb_path}: shape {embeddings.shape} {embeddings.dtype}, expected {expected} float16")
     return CachedDoc(key=key, path=path, manifest=manifest, blocks=blocks, embeddings=embeddings)
@@ -212,12 +249,20 @@ def build_cache(
             parser_version += f"+output:{sha256_file(parser_output)[:16]}"
         key = make_doc_key(doc.sha256, parser.name, parser_version, enc_fp)
         with _lock(cache_dir, key):
+            _remove_stale(cache_dir, key)
             target = cache_dir / key
+            expected = {
+                "pdf_sha256": doc.sha256,
+                "parser": {"name": parser.name, "version": parser_version},
+                "encoder_fingerprint": enc_fp,
+            }
             if target.exists() and not force:
                 try:
-                    return load_cache(cache_dir, key)
+                    cached = load_cache(cache_dir, key)
                 except CacheError:
-                    pass  # corrupt entry: rebuilt below
+                    cached = None  # corrupt entry: rebuilt below
+                if cached is not None and _entry_matches(cached.manifest, expected):
+                    return cached
             source = str(parser_output) if parser_output else f"{parser.name} parse of {pdf}"
             blocks = parser.parse(doc, Path(parser_output) if parser_output else None)
             blocks = validate_blocks(blocks, doc.page_sizes, source)
@@ -229,6 +274,9 @@ def build_cache(
                     raise RuntimeError(
                         f"encoder {encoder.name} returned {emb.shape}, expected {(len(blocks), encoder.dim)}"
                     )
+                if not np.all(np.isfinite(emb)):
+                    raise RuntimeError(f"encoder {encoder.name} returned non-finite embeddings for {pdf}")
+                emb = l2_normalize(emb)  # rows stay unit-norm whatever the encoder did
             blocks_bytes = "".join(json.dumps(b.to_json(), ensure_ascii=False) + "\n" for b in blocks).encode()
             manifest = {
                 "format": CACHE_FORMAT,

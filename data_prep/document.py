@@ -100,11 +100,13 @@ class Document:
             try:
                 pdf = pdfium.PdfDocument(str(path))
             except pdfium.PdfiumError as e:
+                # pdfium keeps its last error between calls, so its message alone can name a stale cause: the
+                # page tree is read from the bytes first (pdfium refuses a page-less file with "Success").
+                if _empty_page_tree(path):
+                    raise InputError(f"{path}: the PDF has zero pages") from None
                 msg = str(e).lower()
                 if "password" in msg or "security" in msg:
                     raise InputError(f"{path}: the PDF is encrypted (password required); decrypt it first") from None
-                if _empty_page_tree(path):  # pdfium refuses such a file with the error "Success"
-                    raise InputError(f"{path}: the PDF has zero pages") from None
                 raise InputError(f"{path}: cannot be read as a PDF ({e})") from None
             if len(pdf) == 0:
                 pdf.close()

