@@ -1,0 +1,160 @@
+"""Settings of the reward, from EasyR1's ``worker.reward.reward_function_kwargs`` (or the CLI).
+
+>>> RewardConfig.from_kwargs(cache_dir="/tmp/c", judge="lexical", concurency=4)
+Traceback (most recent call last):
+...
+data_prep.types.InputError: unknown reward setting 'concurency'; did you mean 'concurrency'?
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+
+from data_prep.types import InputError
+
+DEFAULT_JUDGE_MODEL = "Qwen/Qwen3.5-9B"
+
+
+def _env(name: str, default: str | None = None):
+    return lambda: os.environ.get(name) or default
+
+
+@dataclass
+class RewardConfig:
+    """Every knob of the reward. Unknown keys are errors (:meth:`from_kwargs`)."""
+
+    cache_dir: str = ""
+    """Directory of the block/embedding cache built by data preparation (``data_prep blocks``). Required."""
+    encoder: str | None = None
+    """Encoder for quotes; None = the one each document's cache was built with (its manifest)."""
+    embed_url: str | None = field(default_factory=_env("QUOTECITE_EMBED_URL"))
+    """Base URL of the embedding server for HTTP encoders (default: env ``QUOTECITE_EMBED_URL``)."""
+    judge: str = "http"
+    """Judge: ``http`` (a VLM behind an OpenAI-compatible API; the training default) or ``lexical`` (offline)."""
+    judge_url: str | None = field(default_factory=_env("QUOTECITE_JUDGE_URL"))
+    """Base URL of the judge's OpenAI-compatible API, e.g. ``http://host:8000/v1`` (env ``QUOTECITE_JUDGE_URL``)."""
+    judge_model: str = field(default_factory=_env("QUOTECITE_JUDGE_MODEL", DEFAULT_JUDGE_MODEL))
+    """Model name the judge server serves (env ``QUOTECITE_JUDGE_MODEL``, else Qwen/Qwen3.5-9B)."""
+    concurrency: int = 32
+    """Judge requests in flight at once."""
+    timeout_s: float = 120.0
+    """Deadline of one judge HTTP call, seconds."""
+    retries: int = 3
+    """Extra attempts of a judge call after a timeout, connection error, 5xx, 408 or 429."""
+    backoff_s: float = 1.0
+    """Base of the judge's exponential backoff with full jitter, seconds."""
+    judge_max_tokens: int = 1024
+    """Token limit of a judge reply (room for a short reasoning before the score object)."""
+    judge_temperature: float = 0.0
+    """Judge sampling temperature (0: identical requests get identical scores)."""
+    judge_extra_body: dict | None = None
+    """Extra JSON fields for every judge request (e.g. vLLM's ``chat_template_kwargs``)."""
+    judge_prompt: str | None = None
+    """Judge prompt file; None = ``recipes/prompts/judge.txt``."""
+    max_crops: int = 6
+    """Cited blocks shown to the judge per response (the first ones, in quote order)."""
+    crop_dpi: float = 150.0
+    """Resolution of the crops sent to the judge, dots per inch."""
+    max_quotes: int = 8
+    """Quotes kept per response after de-duplication; the rest are ignored."""
+    reward_form: str = "gated"
+    """Reward formula (:data:`reward.scoring.REWARD_FORMS`): ``gated``, ``additive``, ``answer_only``."""
+    weights: dict | None = None
+    """Weights of the reward form (``additive``: ``{"answer": .5, "evidence": .5}``); None = its defaults."""
+    abstain_threshold: float | None = None
+    """Drop citations whose similarity is below this (resolver units); None keeps every citation."""
+    resolver: str = "embedding"
+    """Quote -> block resolver: ``embedding`` (the paper's), ``lexical`` or ``bm25``."""
+    doc_cache_size: int = 64
+    """Documents kept loaded between calls (least recently used are dropped)."""
+
+    def __post_init__(self) -> None:
+        from reward.judge import JUDGES
+        from reward.resolve import RESOLVERS
+        from reward.scoring import REWARD_FORMS
+
+        if isinstance(self.weights, str):
+            self.weights = _json_setting("weights", self.weights)
+        if isinstance(self.judge_extra_body, str):
+            self.judge_extra_body = _json_setting("judge_extra_body", self.judge_extra_body)
+        for name, registry in (("judge", JUDGES), ("resolver", RESOLVERS), ("reward_form", REWARD_FORMS)):
+            try:
+                registry.get(getattr(self, name))
+            except KeyError as e:
+                raise InputError(f"reward setting {name}: {e.args[0]}") from None
+        from reward.scoring import get_reward_form
+
+        get_reward_form(self.reward_form).weights(self.weights)  # unknown weight names fail here
+        checks = [
+            (self.concurrency >= 1, "concurrency must be >= 1"),
+            (self.timeout_s > 0, "timeout_s must be > 0"),
+            (self.retries >= 0, "retries must be >= 0"),
+            (self.backoff_s >= 0, "backoff_s must be >= 0"),
+            (self.max_crops >= 0, "max_crops must be >= 0"),
+            (self.crop_dpi > 0, "crop_dpi must be > 0"),
+            (self.max_quotes >= 1, "max_quotes must be >= 1"),
+            (self.doc_cache_size >= 1, "doc_cache_size must be >= 1"),
+            (self.judge_max_tokens >= 1, "judge_max_tokens must be >= 1"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise InputError(f"reward setting {msg}")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> RewardConfig:
+        """Build from keyword settings, converting strings from a command line to each field's type.
+        Unknown keys raise :class:`InputError` with a did-you-mean."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values = {}
+        for key, value in kwargs.items():
+            if key not in fields:
+                close = difflib.get_close_matches(key, fields, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(fields)})"
+                raise InputError(f"unknown reward setting {key!r}{hint}")
+            values[key] = _coerce(key, value, typing.get_type_hints(cls)[key])
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _json_setting(name: str, value: str):
+    try:
+        return json.loads(value)
+    except ValueError as e:
+        raise InputError(f"reward setting {name}: not valid JSON ({e}): {value!r}") from None
+
+
+def _coerce(name: str, value, hint):
+    """Convert ``value`` to the field type ``hint`` (``int``, ``float``, ``str``, ``dict``, optionally ``| None``)."""
+    args = typing.get_args(hint)
+    optional = isinstance(hint, types.UnionType) and type(None) in args
+    base = next((a for a in args if a is not type(None)), hint) if optional else hint
+    if value is None or (optional and isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
+        if optional:
+            return None
+        raise InputError(f"reward setting {name} may not be empty")
+    try:
+        if base is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(value)
+        if base is float:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        if base is str:
+            return str(value)
+        if base is dict:
+            return _json_setting(name, value) if isinstance(value, str) else dict(value)
+    except InputError:
+        raise
+    except (TypeError, ValueError):
+        raise InputError(f"reward setting {name}: expected {getattr(base, '__name__', base)}, got {value!r}") from None
+    return value

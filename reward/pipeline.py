@@ -1,0 +1,415 @@
+"""Batch orchestration of the reward: reward inputs -> (RewardBreakdown, citations) per response.
+
+Per batch (one GRPO step's rollout_batch x n responses):
+
+1. unpack each ground truth (:mod:`reward.groundtruth`) and parse each response (:mod:`reward.response`);
+2. load each document's cache once (kept between calls, least recently used dropped);
+3. embed every distinct quote of the batch in one encoder call per encoder, then resolve each response's quotes
+   to blocks of its page window (:mod:`reward.resolve`);
+4. crop the cited blocks (first ``max_crops`` distinct ones) from each PDF, opened once per batch;
+5. judge every parseable response in one concurrent batch (:mod:`reward.judge`);
+6. turn scores into rewards (:mod:`reward.scoring`).
+
+Failure policy. Misconfiguration (missing cache dir, unknown setting, unknown judge/resolver/form, a ground truth
+that does not unpack, a document missing from the cache) raises :class:`~data_prep.types.InputError` on the first
+call. A bad response or an outage never raises: an unparseable response earns 0 (``format_ok = 0``, no judge
+call); a response whose quote embedding, resolution or judge call failed is *unscorable* and gets the mean reward
+(and mean judge scores) of the responses of its ``qid`` in the batch whose reward is known, i.e. judged ones and
+unparseable ones (whose 0 is their real reward). Its reward then equals the group mean: zero advantage, and the
+group's baseline is what it would be without it. A group with no known reward gets 0 for all and is counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from data_prep.cache import CachedDoc, load_cache
+from data_prep.types import InputError
+from reward.config import RewardConfig
+from reward.groundtruth import GroundTruth, unpack_ground_truth
+from reward.judge import JudgeRequest, JudgeScores, JudgeStats, crop_pngs, get_judge
+from reward.resolve import Citation, make_quote_encoder, quote_encoder, resolve_quotes
+from reward.response import ParsedResponse, parse_response
+from reward.scoring import RewardBreakdown, get_reward_form
+
+log = logging.getLogger("reward")
+
+
+@dataclass
+class BatchStats:
+    """What happened in one batch (also accumulated in :attr:`RewardScorer.total`)."""
+
+    responses: int = 0
+    format_ok: int = 0
+    reject_reasons: Counter = field(default_factory=Counter)
+    """Unparseable responses by :data:`reward.response.REJECT_REASONS`."""
+    unscorable: int = 0
+    unscorable_reasons: Counter = field(default_factory=Counter)
+    """``judge`` (no score after retries), ``embed``, ``resolve``, ``crop``."""
+    groups: int = 0
+    groups_all_unscorable: int = 0
+    """Groups with no known reward: every response got 0."""
+    judge: JudgeStats = field(default_factory=JudgeStats)
+    seconds: Counter = field(default_factory=Counter)
+    """Wall seconds per phase: parse, load, embed, resolve, crop, judge, total."""
+
+    def add(self, other: BatchStats) -> None:
+        for n in ("responses", "format_ok", "unscorable", "groups", "groups_all_unscorable"):
+            setattr(self, n, getattr(self, n) + getattr(other, n))
+        self.reject_reasons.update(other.reject_reasons)
+        self.unscorable_reasons.update(other.unscorable_reasons)
+        self.judge.add(other.judge)
+        self.seconds.update(other.seconds)
+
+    def to_dict(self) -> dict:
+        return {
+            "responses": self.responses,
+            "format_ok": self.format_ok,
+            "reject_reasons": dict(self.reject_reasons),
+            "unscorable": self.unscorable,
+            "unscorable_reasons": dict(self.unscorable_reasons),
+            "groups": self.groups,
+            "groups_all_unscorable": self.groups_all_unscorable,
+            "judge": self.judge.to_dict(),
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+        }
+
+
+class _Precomputed:
+    """An encoder facade answering ``embed_texts`` from vectors computed once for the whole batch."""
+
+    def __init__(self, encoder, vectors: dict[str, np.ndarray]) -> None:
+        self.encoder = encoder
+        self.name = encoder.name
+        self.dim = encoder.dim
+        self.vectors = vectors
+
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if missing:
+            for t, v in zip(missing, self.encoder.embed_texts(missing), strict=True):
+                self.vectors[t] = v
+        return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+
+@dataclass
+class _Item:
+    gt: GroundTruth
+    parsed: ParsedResponse
+    cached: CachedDoc | None = None
+    citations: list[Citation] = field(default_factory=list)
+    shown: list[Citation] = field(default_factory=list)
+    crops: tuple[bytes, ...] = ()
+    failed: str | None = None
+    scores: JudgeScores | None = None
+
+
+class RewardScorer:
+    """Holds what outlives a batch: the loaded caches, the encoders and the judge client."""
+
+    def __init__(self, config: RewardConfig) -> None:
+        self.config = config
+        if not config.cache_dir:
+            raise InputError("reward setting cache_dir is required (the block/embedding cache of data preparation)")
+        self.cache_dir = Path(config.cache_dir)
+        if not self.cache_dir.is_dir():
+            raise InputError(f"reward setting cache_dir: {self.cache_dir} is not a directory")
+        self.form = get_reward_form(config.reward_form)
+        self.weights = self.form.weights(config.weights)
+        if config.judge == "http":
+            self.judge = get_judge(
+                "http",
+                base_url=config.judge_url or "",
+                model=config.judge_model,
+                concurrency=config.concurrency,
+                timeout_s=config.timeout_s,
+                retries=config.retries,
+                backoff_s=config.backoff_s,
+                max_tokens=config.judge_max_tokens,
+                temperature=config.judge_temperature,
+                prompt_path=config.judge_prompt,
+                extra_body=config.judge_extra_body,
+            )
+        else:
+            self.judge = get_judge(config.judge)
+        self.needs_crops = bool(getattr(self.judge, "needs_crops", True))
+        self._docs: OrderedDict[str, CachedDoc] = OrderedDict()
+        self._encoders: dict[tuple[str, str], object] = {}
+        self._lock = threading.Lock()
+        self.last = BatchStats()
+        """Stats of the last batch."""
+        self.total = BatchStats()
+        """Stats accumulated over every batch."""
+
+    # ----------------------------------------------------------------------------------------- resources
+    def doc(self, key: str) -> CachedDoc:
+        """The cache entry ``key`` (LRU-kept). Raises :class:`~data_prep.cache.CacheError` when missing."""
+        cached = self._docs.get(key)
+        if cached is not None:
+            self._docs.move_to_end(key)
+            return cached
+        cached = load_cache(self.cache_dir, key)
+        self._docs[key] = cached
+        while len(self._docs) > self.config.doc_cache_size:
+            self._docs.popitem(last=False)
+        return cached
+
+    def encoder_for(self, cached: CachedDoc):
+        """The quote encoder for ``cached`` (:func:`reward.resolve.make_quote_encoder`), created once per
+        encoder fingerprint and reused across batches."""
+        meta = cached.manifest.get("encoder") or {}
+        name = self.config.encoder or meta.get("name")
+        if not name:
+            raise InputError(
+                f"cache {cached.key} has no embeddings; set resolver to 'lexical' or 'bm25' or rebuild with an encoder"
+            )
+        if meta.get("name") and name != meta["name"]:
+            raise InputError(
+                f"reward setting encoder is {name!r} but cache {cached.key} was embedded with {meta['name']!r}; "
+                "quotes must be embedded with the cache's encoder"
+            )
+        fp = meta.get("fingerprint") or ""
+        enc = self._encoders.get((name, fp))
+        if enc is None:
+            enc = make_quote_encoder(cached, name=name, embed_url=self.config.embed_url)
+            self._encoders[(name, fp)] = enc
+        return quote_encoder(cached, enc)  # checks name and dimension against the cache's embeddings
+
+    # ----------------------------------------------------------------------------------------- the batch
+    def score(self, reward_inputs: list[dict]) -> list[tuple[RewardBreakdown, list[Citation]]]:
+        with self._lock:
+            return self._score(reward_inputs)
+
+    def _score(self, reward_inputs: list[dict]) -> list[tuple[RewardBreakdown, list[Citation]]]:
+        cfg = self.config
+        stats = BatchStats(responses=len(reward_inputs))
+        t_all = t0 = time.perf_counter()
+
+        items: list[_Item] = []
+        for i, inp in enumerate(reward_inputs):
+            if not isinstance(inp, dict) or "response" not in inp or "ground_truth" not in inp:
+                raise InputError(f"reward input {i}: expected a dict with 'response' and 'ground_truth'")
+            try:
+                gt = unpack_ground_truth(inp["ground_truth"])
+            except InputError as e:
+                raise InputError(f"reward input {i}: {e}") from None
+            parsed = parse_response(inp["response"], cfg.max_quotes)
+            items.append(_Item(gt, parsed))
+            if parsed.ok:
+                stats.format_ok += 1
+            else:
+                stats.reject_reasons[parsed.reason] += 1
+        stats.seconds["parse"] += time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        for i, it in enumerate(items):
+            it.cached = self.doc(it.gt.doc_key)
+            if it.gt.pages is not None and it.gt.pages[1] > it.cached.n_pages:
+                raise InputError(
+                    f"reward input {i}: page window {it.gt.pages} of {it.gt.qid!r} exceeds document "
+                    f"{it.gt.doc_key} ({it.cached.n_pages} pages)"
+                )
+        stats.seconds["load"] += time.perf_counter() - t0
+
+        live = [it for it in items if it.parsed.ok]
+        encoders = self._embed_quotes(live, stats) if cfg.resolver == "embedding" else {}
+
+        t0 = time.perf_counter()
+        for it in live:
+            if it.failed:
+                continue
+            try:
+                it.citations = resolve_quotes(
+                    it.parsed.quotes,
+                    it.cached,
+                    resolver=cfg.resolver,
+                    encoder=encoders.get(it.cached.key),
+                    pages=it.gt.pages,
+                    threshold=cfg.abstain_threshold,
+                )
+            except InputError:
+                raise
+            except Exception as e:  # an odd quote must not kill the step
+                log.warning("resolving quotes of %s failed: %s", it.gt.qid, e)
+                it.failed = "resolve"
+                continue
+            seen: set[int] = set()
+            for c in it.citations:
+                if c.block_id not in seen and len(it.shown) < cfg.max_crops:
+                    seen.add(c.block_id)
+                    it.shown.append(c)
+        stats.seconds["resolve"] += time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        if self.needs_crops:
+            self._crop(live)
+        stats.seconds["crop"] += time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        judged = [it for it in live if not it.failed]
+        requests = [
+            JudgeRequest(
+                question=it.gt.question,
+                gold_answer=it.gt.answer,
+                answer=it.parsed.answer,
+                crops=it.crops,
+                evidence_texts=tuple(it.cached.blocks[c.block_id].text for c in it.shown),
+            )
+            for it in judged
+        ]
+        try:
+            scores = self.judge.score_batch(requests) if requests else []
+        except Exception as e:  # an outage never raises out of the reward
+            log.warning("judge batch failed: %s", e)
+            scores = [None] * len(requests)
+        stats.judge = getattr(self.judge, "stats", JudgeStats())
+        for it, s in zip(judged, scores, strict=True):
+            shown = bool(it.crops) if self.needs_crops else bool(it.shown)
+            if s is None:
+                it.failed = "judge"
+            elif not shown:
+                it.scores = JudgeScores(s.answer, 0, 0)  # the judge saw no evidence: none can be relevant
+            else:
+                it.scores = s
+        judge_s = time.perf_counter() - t0
+        stats.seconds["judge"] += judge_s
+
+        out = self._rewards(items, judge_s, stats)
+        stats.seconds["total"] += time.perf_counter() - t_all
+        self.last = stats
+        self.total.add(stats)
+        log.info(
+            "reward batch: %d responses, format %d, unscorable %d, judge %s, %.2fs",
+            stats.responses,
+            stats.format_ok,
+            stats.unscorable,
+            stats.judge.to_dict(),
+            stats.seconds["total"],
+        )
+        return out
+
+    def _embed_quotes(self, live: list[_Item], stats: BatchStats) -> dict[str, _Precomputed]:
+        """One encoder call per encoder for every distinct quote of the batch; doc key -> facade."""
+        t0 = time.perf_counter()
+        by_encoder: dict[str, list[_Item]] = defaultdict(list)
+        encoders = {}
+        for it in live:
+            enc = self.encoder_for(it.cached)
+            encoders[enc.name] = enc
+            by_encoder[enc.name].append(it)
+        out: dict[str, _Precomputed] = {}
+        for name, its in by_encoder.items():
+            texts = list(dict.fromkeys(q for it in its for q in it.parsed.quotes))
+            try:
+                vecs = np.asarray(encoders[name].embed_texts(texts), dtype=np.float32)
+            except InputError:
+                raise
+            except Exception as e:  # the embedding server is down: these responses are unscorable
+                log.warning("embedding %d quotes with %s failed: %s", len(texts), name, e)
+                for it in its:
+                    it.failed = "embed"
+                continue
+            facade = _Precomputed(encoders[name], dict(zip(texts, vecs, strict=True)))
+            for it in its:
+                out[it.cached.key] = facade
+        stats.seconds["embed"] += time.perf_counter() - t0
+        return out
+
+    def _crop(self, live: list[_Item]) -> None:
+        open_docs = {}
+        try:
+            for it in live:
+                if it.failed or not it.shown:
+                    continue
+                key = it.cached.key
+                if key not in open_docs:
+                    open_docs[key] = it.cached.open_pdf()  # a moved or changed PDF is misconfiguration: raises
+                try:
+                    it.crops = crop_pngs(it.cached, it.shown, self.config.max_crops, self.config.crop_dpi,
+                                         doc=open_docs[key])  # fmt: skip
+                except Exception as e:
+                    log.warning("cropping the citations of %s failed: %s", it.gt.qid, e)
+                    it.failed = "crop"
+        finally:
+            for doc in open_docs.values():
+                doc.close()
+
+    def _rewards(self, items: list[_Item], judge_s: float, stats: BatchStats):
+        known: dict[int, tuple[float, float, float, float]] = {}  # index -> (overall, a, r, c)
+        for i, it in enumerate(items):
+            if not it.parsed.ok:
+                known[i] = (0.0, 0.0, 0.0, 0.0)
+            elif it.scores is not None:
+                s = it.scores
+                known[i] = (self.form(s, self.weights), float(s.answer), float(s.relevance), float(s.coverage))
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, it in enumerate(items):
+            groups[it.gt.qid].append(i)
+        stats.groups = len(groups)
+        fill: dict[int, tuple[float, float, float, float]] = {}
+        for members in groups.values():
+            vals = [known[i] for i in members if i in known]
+            mean = tuple(float(np.mean([v[k] for v in vals])) for k in range(4)) if vals else (0.0,) * 4
+            if not vals:
+                stats.groups_all_unscorable += 1
+            for i in members:
+                if i not in known:
+                    fill[i] = mean
+        out = []
+        for i, it in enumerate(items):
+            unscorable = i in fill
+            if unscorable:
+                stats.unscorable += 1
+                stats.unscorable_reasons[it.failed or "judge"] += 1
+            overall, a, r, c = fill[i] if unscorable else known[i]
+            sims = [c_.similarity for c_ in it.citations]
+            out.append(
+                (
+                    RewardBreakdown(
+                        overall=overall,
+                        answer=a,
+                        relevance=r,
+                        coverage=c,
+                        format_ok=1.0 if it.parsed.ok else 0.0,
+                        n_quotes=float(len(it.parsed.quotes)),
+                        n_citations=float(len(it.citations)),
+                        mean_similarity=float(np.mean(sims)) if sims else 0.0,
+                        unscorable=1.0 if unscorable else 0.0,
+                        judge_s=judge_s,
+                    ),
+                    list(it.citations),
+                )
+            )
+        return out
+
+
+_SCORERS: OrderedDict[str, RewardScorer] = OrderedDict()
+_SCORERS_LOCK = threading.Lock()
+
+
+def get_scorer(config: RewardConfig) -> RewardScorer:
+    """The scorer for ``config``, created on first use and reused (encoders and caches stay loaded)."""
+    key = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    with _SCORERS_LOCK:
+        scorer = _SCORERS.get(key)
+        if scorer is None:
+            scorer = RewardScorer(config)
+            _SCORERS[key] = scorer
+            while len(_SCORERS) > 4:
+                _SCORERS.popitem(last=False)
+        return scorer
+
+
+def score_batch(reward_inputs: list[dict], config: RewardConfig) -> list[tuple[RewardBreakdown, list[Citation]]]:
+    """Score a batch of EasyR1 reward inputs (``{"response", "response_length", "ground_truth"}``).
+
+    Returns one ``(RewardBreakdown, citations)`` per input, in order. See the module docstring for what raises."""
+    return get_scorer(config).score(reward_inputs)

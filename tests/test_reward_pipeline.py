@@ -1,0 +1,324 @@
+"""The whole reward on the project's sample PDF: plugin contract, failure policy, judge requests, CLI, demo."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import socket
+
+import pytest
+
+from data_prep.cache import CacheError
+from data_prep.sample import SAMPLE_FACTS
+from data_prep.types import InputError
+from reward.config import RewardConfig
+from reward.groundtruth import GroundTruth, pack_ground_truth
+from reward.judge import crop_pngs
+from reward.pipeline import RewardScorer
+from reward.quote_reward import REWARD_NAME, REWARD_TYPE, compute_score
+from reward.resolve import resolve_quotes
+from reward.scoring import BREAKDOWN_KEYS
+from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
+
+EN = SAMPLE_FACTS.fact("en_sentence").text
+ROW = SAMPLE_FACTS.fact("table_row").text
+ROTATED = SAMPLE_FACTS.fact("rotated_sentence").text
+QA = SAMPLE_FACTS.qa[0]  # Which test site had the highest annual yield? -> Shenzhen
+
+
+@pytest.fixture(scope="module")
+def cache(sample_pdf, tmp_path_factory):
+    from data_prep.cache import build_cache
+    from data_prep.encoders import get_encoder
+    from data_prep.parsers import get_parser
+
+    cache_dir = tmp_path_factory.mktemp("reward-cache")
+    return build_cache(sample_pdf, get_parser("pdftext"), get_encoder("minilm"), cache_dir)
+
+
+def gt(cache, qid="q1", pages=None, question=QA.question, answer=QA.answer) -> str:
+    return pack_ground_truth(GroundTruth(qid, cache.key, question, answer, pages))
+
+
+def inp(response, ground_truth) -> dict:
+    text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
+    return {"response": text, "response_length": len(text), "ground_truth": ground_truth}
+
+
+def block_of(cache, text: str) -> int:
+    return next(b.block_id for b in cache.blocks if text in b.text)
+
+
+def answer_in(body: dict) -> str:
+    text = body["messages"][1]["content"][0]["text"]
+    return re.search(r"<model_answer>\n(.*?)\n</model_answer>", text, re.DOTALL).group(1)
+
+
+# --------------------------------------------------------------------------------------------- plugin contract
+def test_plugin_constants():
+    assert (REWARD_NAME, REWARD_TYPE) == ("quote_reward", "batch")
+
+
+def test_plugin_loads_by_file_path_as_easyr1_does(cache):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "reward" / "quote_reward.py"
+    spec = importlib.util.spec_from_file_location("custom_reward_fn", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (d,) = module.compute_score([inp("prose", gt(cache))], cache_dir=str(cache.path.parent), judge="lexical")
+    assert (module.REWARD_TYPE, d["overall"], d["format_ok"]) == ("batch", 0.0, 0.0)
+
+
+def test_compute_score_returns_one_numeric_dict_per_input(cache):
+    g = gt(cache)
+    inputs = [
+        inp({"answer": "Shenzhen", "quotes": [EN, ROW]}, g),  # grounded and right
+        inp({"answer": "Beijing", "quotes": [EN, ROW]}, g),  # wrong answer, right quotes
+        inp("Shenzhen, see page 2.", g),  # no JSON object
+        inp({"answer": "Shenzhen"}, g),  # no quotes
+    ]
+    out = compute_score(inputs, cache_dir=str(cache.path.parent), judge="lexical")
+    assert len(out) == 4
+    assert all(list(d) == list(BREAKDOWN_KEYS) and all(type(v) is float for v in d.values()) for d in out)
+    good, wrong, prose, no_quotes = out
+    assert (good["answer"], good["coverage"], good["format_ok"], good["n_quotes"], good["n_citations"]) == (
+        5.0, 5.0, 1.0, 2.0, 2.0)  # fmt: skip
+    assert good["overall"] == pytest.approx(good["answer"] / 5 * (good["relevance"] + good["coverage"]) / 10)
+    assert good["overall"] >= 0.8 and 0.3 < good["mean_similarity"] <= 1.0
+    assert (wrong["overall"], wrong["answer"], wrong["coverage"]) == (0.0, 0.0, 5.0)  # gated
+    for d in (prose, no_quotes):
+        assert (d["overall"], d["format_ok"], d["n_citations"], d["unscorable"]) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_verbatim_quotes_cite_their_blocks(cache):
+    (res,) = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical")).score(
+        [inp({"answer": "Shenzhen", "quotes": [EN, ROW]}, gt(cache))]
+    )
+    _, cits = res
+    assert [c.block_id for c in cits] == [block_of(cache, EN), block_of(cache, "Shenzhen | 150")]
+    assert [c.page for c in cits] == [1, 2]
+
+
+def test_page_window_limits_citations_to_the_window(cache):
+    scorer = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical"))
+    ((b, cits),) = scorer.score([inp({"answer": "x", "quotes": [EN]}, gt(cache, pages=(4, 4)))])
+    assert [c.page for c in cits] == [4]  # the page-1 sentence was outside what the policy saw
+    with pytest.raises(InputError, match="exceeds document"):
+        scorer.score([inp({"answer": "x", "quotes": [EN]}, gt(cache, pages=(3, 9)))])
+
+
+def test_abstained_citations_leave_no_evidence_to_score(cache):
+    out = compute_score(
+        [inp({"answer": "Shenzhen", "quotes": [EN]}, gt(cache))],
+        cache_dir=str(cache.path.parent), judge="lexical", abstain_threshold=1.01,
+    )  # fmt: skip
+    assert (out[0]["n_quotes"], out[0]["n_citations"], out[0]["relevance"], out[0]["coverage"]) == (1, 0, 0, 0)
+    assert out[0]["overall"] == 0.0 and out[0]["answer"] == 5.0
+
+
+@pytest.mark.parametrize("resolver", ["lexical", "bm25"])
+def test_text_resolvers_run_in_the_pipeline(cache, resolver):
+    scorer = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical", resolver=resolver))
+    ((b, cits),) = scorer.score([inp({"answer": "Every 14 days", "quotes": [ROTATED]}, gt(cache, "q4"))])
+    assert [c.block_id for c in cits] == [block_of(cache, ROTATED)]
+
+
+# --------------------------------------------------------------------------------------------- with an HTTP judge
+def http_config(cache, url, **kw) -> RewardConfig:
+    return RewardConfig(cache_dir=str(cache.path.parent), judge="http", judge_url=url, judge_model="judge-model",
+                        retries=1, backoff_s=0.01, timeout_s=2.0, **kw)  # fmt: skip
+
+
+def test_judge_request_carries_crops_and_never_the_quotes(cache):
+    quotes = [EN, ROW, ROTATED]
+    with ScriptedOpenAIServer() as srv:
+        scorer = RewardScorer(http_config(cache, srv.url, max_crops=2))
+        ((b, cits),) = scorer.score([inp({"answer": "It was Shenzhen.", "quotes": quotes}, gt(cache))])
+        (path, body), *rest = srv.requests
+    assert not rest and (b.answer, b.relevance, b.coverage) == (4.0, 4.0, 4.0)
+    images = [p["image_url"]["url"] for p in body["messages"][1]["content"] if p["type"] == "image_url"]
+    assert len(images) == 2 and len(cits) == 3  # at most max_crops crops
+    pngs = [base64.b64decode(u.removeprefix("data:image/png;base64,")) for u in images]
+    assert all(p.startswith(b"\x89PNG\r\n\x1a\n") for p in pngs)
+    assert pngs == list(crop_pngs(cache, cits, max_crops=2))  # the first two cited blocks, in order
+    dumped = json.dumps(body, ensure_ascii=False)
+    assert not any(q in dumped for q in quotes)
+    assert "It was Shenzhen." in dumped and QA.question in dumped and json.dumps(QA.answer)[1:-1] in dumped
+
+
+def test_unparseable_responses_make_no_judge_call(cache):
+    g = gt(cache)
+    with ScriptedOpenAIServer() as srv:
+        out = compute_score(
+            [inp("no json", g), inp({"answer": "x", "quotes": []}, g), inp({"answer": "y", "quotes": [EN]}, g)],
+            **http_config(cache, srv.url).to_dict(),
+        )
+        assert srv.count("/v1/chat/completions") == 1
+    assert [d["format_ok"] for d in out] == [0.0, 0.0, 1.0]
+
+
+def test_unscorable_response_gets_its_group_mean_and_a_dead_group_gets_zero(cache):
+    def handler(path, body, n):
+        a = answer_in(body)
+        if a.startswith("FAIL"):
+            return Reply(status=500)
+        scores = {"A5": (5, 5, 5), "A3": (5, 3, 3), "A0": (0, 5, 5)}[a]
+        return chat_completion(json.dumps(dict(zip(("answer", "relevance", "coverage"), scores, strict=True))))
+
+    g1, g2 = gt(cache, "q1"), gt(cache, "q2")
+
+    def resp(answer):
+        return {"answer": answer, "quotes": [EN]}
+
+    inputs = [inp(resp("A5"), g1), inp(resp("A3"), g1), inp(resp("FAIL"), g1), inp("prose", g1), inp(resp("A0"), g1)]
+    inputs += [inp(resp(f"FAIL{i}"), g2) for i in range(3)]
+    with ScriptedOpenAIServer(handler=handler) as srv:
+        scorer = RewardScorer(http_config(cache, srv.url))
+        out = [b for b, _ in scorer.score(inputs)]
+    group1 = [b.overall for b in out[:5]]
+    known_mean = (1.0 + 0.6 + 0.0 + 0.0) / 4  # judged ones and the unparseable 0
+    assert group1 == pytest.approx([1.0, 0.6, known_mean, 0.0, 0.0])
+    assert sum(group1) / 5 == pytest.approx(known_mean)  # the group baseline is unchanged: zero advantage
+    assert (out[2].unscorable, out[2].answer, out[2].format_ok) == (1.0, 2.5, 1.0)  # parts are group means too
+    assert [(b.overall, b.unscorable) for b in out[5:]] == [(0.0, 1.0)] * 3
+    s = scorer.last
+    assert (s.unscorable, dict(s.unscorable_reasons), s.groups, s.groups_all_unscorable) == (4, {"judge": 4}, 2, 1)
+    assert (dict(s.judge.failures), s.judge.retries, dict(s.reject_reasons)) == ({"http_5xx": 4}, 4, {"no_object": 1})
+
+
+def test_judge_outage_never_raises(cache):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    g = gt(cache)
+    out = compute_score(
+        [inp({"answer": "a", "quotes": [EN]}, g), inp("prose", g)], **http_config(cache, dead).to_dict()
+    )
+    assert [(d["overall"], d["unscorable"], d["format_ok"]) for d in out] == [(0.0, 1.0, 1.0), (0.0, 0.0, 0.0)]
+
+
+def test_embedding_outage_makes_responses_unscorable(cache):
+    class DownEncoder:
+        name, dim = "minilm", 384
+
+        def embed_texts(self, texts):
+            raise ConnectionError("embedding server down")
+
+        def fingerprint(self):
+            return cache.manifest["encoder"]["fingerprint"]
+
+    scorer = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical"))
+    scorer._encoders[("minilm", cache.manifest["encoder"]["fingerprint"])] = DownEncoder()
+    g = gt(cache)
+    out = [b for b, _ in scorer.score([inp({"answer": "Shenzhen", "quotes": [EN]}, g), inp("prose", g)])]
+    assert [(b.overall, b.unscorable) for b in out] == [(0.0, 1.0), (0.0, 0.0)]
+    assert dict(scorer.last.unscorable_reasons) == {"embed": 1}
+
+
+# --------------------------------------------------------------------------------------------- misconfiguration
+def test_misconfiguration_raises_on_the_first_call(cache, tmp_path, monkeypatch):
+    good = [inp({"answer": "a", "quotes": [EN]}, gt(cache))]
+    cases = [
+        ({"cache_dir": str(tmp_path / "nope"), "judge": "lexical"}, good, InputError, "not a directory"),
+        ({"judge": "lexical"}, good, InputError, "cache_dir is required"),
+        ({"cache_dir": str(cache.path.parent), "judge": "lexical", "max_crop": 3}, good, InputError, "max_crops"),
+        ({"cache_dir": str(cache.path.parent), "judge": "gpt"}, good, InputError, "unknown judge 'gpt'"),
+        ({"cache_dir": str(cache.path.parent), "judge": "lexical"}, [{"response": "x"}], InputError, "input 0"),
+        ({"cache_dir": str(cache.path.parent), "judge": "lexical"}, [inp("x", "{}")], InputError, "missing field"),
+        ({"cache_dir": str(tmp_path), "judge": "lexical"}, good, CacheError, "no cache entry"),
+        ({"cache_dir": str(cache.path.parent), "judge": "lexical", "encoder": "qwen3-vl-embedding"}, good,
+         InputError, "embedded with 'minilm'"),  # a quote encoder other than the cache's
+    ]  # fmt: skip
+    for kwargs, inputs, error, fragment in cases:
+        with pytest.raises(error, match=re.escape(fragment)):
+            compute_score(inputs, **kwargs)
+    monkeypatch.delenv("QUOTECITE_JUDGE_URL", raising=False)
+    with pytest.raises(InputError, match="QUOTECITE_JUDGE_URL"):
+        compute_score(good, cache_dir=str(cache.path.parent))  # the default judge is http and needs a URL
+
+
+def test_crops_have_the_block_size_at_the_requested_dpi(cache):
+    (cit,) = resolve_quotes([EN], cache)
+    (png_bytes,) = crop_pngs(cache, [cit, cit], max_crops=6, dpi=72)  # the same block twice: one crop
+    import io
+
+    from PIL import Image
+
+    w, h = Image.open(io.BytesIO(png_bytes)).size
+    x0, y0, x1, y1 = cit.bbox
+    assert abs(w - (x1 - x0)) <= 2 and abs(h - (y1 - y0)) <= 2  # 72 dpi: one pixel per point
+
+
+# --------------------------------------------------------------------------------------------- CLI and demo
+def test_cli_scores_a_jsonl_file(cache, tmp_path, capsys):
+    from data_prep.cli import main
+    from reward.__main__ import COMMANDS
+
+    g = gt(cache)
+    rows = [inp({"answer": "Shenzhen", "quotes": [EN]}, g), inp("prose", g)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    argv = ["score", "--inputs", str(src), "--cache-dir", str(cache.path.parent), "--judge", "lexical",
+            "--out", str(out)]  # fmt: skip
+    assert main("python -m reward", "", COMMANDS, argv) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [sorted(d) for d in lines] == [sorted([*BREAKDOWN_KEYS, "citations"])] * 2
+    (c,) = lines[0]["citations"]
+    assert (c["page"], c["block_id"], c["quote"], len(c["bbox"])) == (1, block_of(cache, EN), EN, 4)
+    assert lines[1]["citations"] == [] and lines[1]["format_ok"] == 0.0
+    assert "scored 2 responses" in capsys.readouterr().err
+
+    src.write_text('{"response": "x"}\n')
+    assert main("python -m reward", "", COMMANDS, argv) == 2
+    assert "in.jsonl:1" in capsys.readouterr().err
+
+
+def test_cli_batches_never_split_a_group():
+    from reward.cmd_score import batches
+
+    qids = ["a"] * 3 + ["b"] * 3 + ["c"] * 2
+    assert batches(list(range(8)), qids, size=4) == [(0, 6), (6, 8)]
+    assert batches(list(range(8)), qids, size=3) == [(0, 3), (3, 6), (6, 8)]
+
+
+def test_reward_demo_scores_the_sample_cases(cache, tmp_path):
+    from reward.demo import run_reward_demo
+
+    results = run_reward_demo(cache, tmp_path)
+    by_case = {r["case"]: r for r in results}
+    good = by_case["good answer, right quotes"]
+    assert len(results) == 5 and good["overall"] >= 0.8
+    assert by_case["wrong answer, right quotes"]["overall"] == 0.0
+    hallucinated = by_case["right answer, hallucinated quote"]
+    assert hallucinated["overall"] < good["overall"] and hallucinated["mean_similarity"] < good["mean_similarity"]
+    unparseable = by_case["unparseable (no JSON object)"]
+    assert (unparseable["overall"], unparseable["format_ok"], unparseable["citations"]) == (0.0, 0.0, [])
+    written = [json.loads(line) for line in (tmp_path / "reward_demo.jsonl").read_text().splitlines()]
+    assert written == results
+
+
+def test_http_encoder_cache_gets_its_quotes_embedded_by_the_same_settings(sample_pdf, tmp_path):
+    """The cluster path on a CPU: blocks embedded by an embedding server, quotes by the same encoder settings
+    rebuilt from the cache's fingerprint and pointed at ``embed_url``; one server request per distinct quote."""
+    from data_prep.cache import build_cache
+    from data_prep.encoders import get_encoder
+    from data_prep.encoders.qwen3vl import DEFAULT_QUERY_INSTRUCTION
+    from data_prep.parsers import get_parser
+
+    with ScriptedOpenAIServer(embed_dim=8) as srv:
+        enc = get_encoder("qwen3-vl-embedding", transport="http", url=srv.url, dim=8, block_content="text")
+        cached = build_cache(sample_pdf, get_parser("pdftext"), enc, tmp_path)
+        n_blocks = srv.count("/v1/embeddings")
+        g = gt(cached)
+        config = RewardConfig(cache_dir=str(tmp_path), judge="lexical", embed_url=srv.url)
+        out = RewardScorer(config).score([inp({"answer": "a", "quotes": [EN, ROW]}, g)] * 3)
+        quote_requests = srv.requests[n_blocks:]
+    assert n_blocks == len(cached.blocks)
+    assert all(len(cits) == 2 and b.unscorable == 0.0 for b, cits in out)
+    assert len(quote_requests) == 2  # the batch's distinct quotes, embedded once
+    system = quote_requests[0][1]["messages"][0]["content"]
+    assert DEFAULT_QUERY_INSTRUCTION.rstrip(".") in json.dumps(system)
