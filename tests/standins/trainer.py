@@ -1,0 +1,231 @@
+"""Stand-in for ``python3 -m verl.trainer.main config=RECIPE key=value ...`` (EasyR1 at b44b311), for the launch tests.
+
+What it copies from EasyR1, because the launch script depends on it:
+- the command line: ``config=`` a YAML recipe, then dotted ``key=value`` overrides;
+- the ``file`` logger: at start it truncates ``experiment_log.jsonl`` and ``generations.log`` in
+  ``trainer.save_checkpoint_path`` (mode ``"w"``), then appends ``{"step": N, ...}`` after each step;
+- resume (``find_latest_ckpt``): read ``checkpoint_tracker.json``; if its ``global_step_N`` folder is missing,
+  print "Checkpoint does not exist" and start from step 0; with ``val_before_train`` log validation metrics at
+  the resume step; loading a checkpoint whose files are incomplete fails (like ``torch.load`` on a torn file);
+- saving every ``trainer.save_freq`` steps and at the end: prune to ``save_limit`` first, then
+  ``actor/`` shards per rank (``trainer.n_gpus_per_node`` ranks), ``actor/huggingface/``,
+  ``actor/lora_adapter/{adapter_model.safetensors,adapter_config.json}``, ``dataloader.pt``, and last the
+  tracker (plain ``open("w")``); the step's metrics are logged after its checkpoint, as in ``fit()``;
+- no signal handler of its own for SIGTERM (it dies), and it needs as many GPUs in ``CUDA_VISIBLE_DEVICES``
+  as ``trainer.n_gpus_per_node``.
+What it adds: SIGUSR1 makes it finish the current step, save, and exit 0 (``QUOTECITE_TRAINER_STOP=signal``);
+each step calls the judge (chat completions) and the embedder (embeddings) at ``QUOTECITE_JUDGE_URL`` /
+``QUOTECITE_EMBED_URL`` and appends the reward's counters to ``$QUOTECITE_METRICS_DIR/reward_counters.jsonl``.
+
+Knobs (environment): ``QUOTECITE_STANDIN_STEP_SECONDS`` (default 1.0); ``QUOTECITE_STANDIN_SLOW_SAVE=STEP:SECONDS``
+pauses once, half-way through writing checkpoint STEP (after the shards, before the adapter, ``dataloader.pt`` and
+the tracker), so a test can kill the job mid-checkpoint; ``QUOTECITE_STANDIN_FAIL_AT_START=message`` exits 1.
+Metric values are a pure function of the step, so a rerun of a step logs the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+TRACKER = "checkpoint_tracker.json"
+
+
+def parse_cli(argv: list[str]) -> dict:
+    """``config=PATH`` + dotted overrides -> nested dict (values parsed as YAML scalars, like OmegaConf)."""
+    cfg: dict = {}
+    over = []
+    for a in argv:
+        k, _, v = a.partition("=")
+        if k == "config":
+            cfg = yaml.safe_load(Path(v).read_text()) or {}
+        else:
+            over.append((k, v))
+    for k, v in over:
+        node = cfg
+        *parents, leaf = k.split(".")
+        for p in parents:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        node[leaf] = yaml.safe_load(v) if v else None
+    return cfg
+
+
+def get(cfg: dict, dotted: str, default=None):
+    for k in dotted.split("."):
+        if not isinstance(cfg, dict) or k not in cfg:
+            return default
+        cfg = cfg[k]
+    return cfg if cfg is not None else default
+
+
+def metrics(step: int) -> dict:
+    return {"actor": {"pg_loss": round(1.0 / step, 6), "lr": 1e-5}, "reward": {"overall": round(step / 100, 4)}}
+
+
+def post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+class Trainer:
+    def __init__(self, cfg: dict) -> None:
+        self.ckpt = Path(get(cfg, "trainer.save_checkpoint_path"))
+        self.max_steps = int(get(cfg, "trainer.max_steps"))
+        self.save_freq = int(get(cfg, "trainer.save_freq", -1))
+        self.save_limit = int(get(cfg, "trainer.save_limit", -1))
+        self.world = int(get(cfg, "trainer.n_gpus_per_node", 8))
+        self.find_last = bool(get(cfg, "trainer.find_last_checkpoint", True))
+        self.val_before_train = bool(get(cfg, "trainer.val_before_train", False))
+        self.lora = int(get(cfg, "worker.actor.model.lora.rank", 0)) > 0
+        self.step_seconds = float(os.environ.get("QUOTECITE_STANDIN_STEP_SECONDS", "1.0"))
+        self.judge_url = os.environ.get("QUOTECITE_JUDGE_URL", "")
+        self.embed_url = os.environ.get("QUOTECITE_EMBED_URL", "")
+        self.judge_model = os.environ.get("QUOTECITE_JUDGE_MODEL", "")
+        self.metrics_dir = os.environ.get("QUOTECITE_METRICS_DIR", "")
+        self.stop = False
+        self.step = 0
+        self.cfg = cfg
+
+    # --------------------------------------------------------------- EasyR1's FileLogger
+    def start_logger(self) -> None:
+        self.ckpt.mkdir(parents=True, exist_ok=True)
+        (self.ckpt / "experiment_config.json").write_text(json.dumps(self.cfg, indent=2, default=str))
+        for name in ("experiment_log.jsonl", "generations.log"):
+            with open(self.ckpt / name, "w"):
+                pass
+
+    def log(self, data: dict, step: int) -> None:
+        with open(self.ckpt / "experiment_log.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, **data}) + "\n")
+
+    # --------------------------------------------------------------- checkpoints
+    def load(self) -> None:
+        tracker = self.ckpt / TRACKER
+        if not self.find_last or not tracker.exists():
+            return
+        info = json.loads(tracker.read_text())
+        path = self.ckpt / f"global_step_{info['last_global_step']}"
+        if not path.exists():
+            print(f"Checkpoint does not exist: {path}", flush=True)
+            return
+        print(f"Load from checkpoint: {path}.", flush=True)
+        for r in range(self.world):
+            for kind in ("model", "optim", "extra_state"):
+                f = path / "actor" / f"{kind}_world_size_{self.world}_rank_{r}.pt"
+                if not f.is_file():
+                    raise SystemExit(f"error: cannot load {f}: no such file (torn checkpoint)")
+        state = json.loads((path / "dataloader.pt").read_text())  # a torn file fails here, like torch.load
+        self.step = int(path.name.split("global_step_")[-1])
+        if state["consumed_batches"] != self.step:
+            raise SystemExit(f"error: dataloader state {state} does not match step {self.step}")
+
+    def save(self) -> None:
+        if self.save_limit > 0:  # EasyR1 prunes before it writes the new checkpoint
+            keep = self.save_limit - 1
+            old = sorted((int(p.name.split("_")[-1]) for p in self.ckpt.glob("global_step_*")), reverse=True)
+            for s in [s for s in old if s < self.step][keep:]:
+                shutil.rmtree(self.ckpt / f"global_step_{s}", ignore_errors=True)
+        folder = self.ckpt / f"global_step_{self.step}"
+        actor = folder / "actor"
+        actor.mkdir(parents=True, exist_ok=True)
+        for r in range(self.world):
+            for kind in ("model", "optim", "extra_state"):
+                (actor / f"{kind}_world_size_{self.world}_rank_{r}.pt").write_bytes(f"{kind} {self.step} {r}".encode())
+        (actor / "huggingface").mkdir(exist_ok=True)
+        (actor / "huggingface" / "config.json").write_text("{}")
+        self.maybe_pause_mid_save()
+        if self.lora:
+            (actor / "lora_adapter").mkdir(exist_ok=True)
+            (actor / "lora_adapter" / "adapter_model.safetensors").write_bytes(f"lora {self.step}".encode())
+            (actor / "lora_adapter" / "adapter_config.json").write_text(json.dumps({"r": 64, "step": self.step}))
+        (folder / "dataloader.pt").write_text(json.dumps({"consumed_batches": self.step}))
+        info = {
+            "best_global_step": self.step,
+            "best_val_reward_score": 0.0,
+            "last_global_step": self.step,
+            "last_actor_path": str(actor.resolve()),
+        }
+        with open(self.ckpt / TRACKER, "w") as f:
+            json.dump(info, f, indent=2)
+        print(f"saved global_step_{self.step}", flush=True)
+
+    def maybe_pause_mid_save(self) -> None:
+        spec = os.environ.get("QUOTECITE_STANDIN_SLOW_SAVE", "")
+        if not spec:
+            return
+        at, seconds = spec.split(":")
+        marker = self.ckpt / f".standin_slow_save_{at}"
+        if int(at) == self.step and not marker.exists():
+            marker.touch()
+            print(f"pausing {seconds}s in the middle of writing global_step_{self.step}", flush=True)
+            time.sleep(float(seconds))
+
+    # --------------------------------------------------------------- the loop
+    def call_servers(self) -> dict:
+        counters = {"judge_calls": 0, "embed_calls": 0}
+        if self.judge_url:
+            r = post(self.judge_url + "/chat/completions", {"model": self.judge_model, "messages": []})
+            json.loads(r["choices"][0]["message"]["content"])
+            counters["judge_calls"] += 1
+        if self.embed_url:
+            r = post(self.embed_url + "/embeddings", {"input": [f"quote at step {self.step}"]})
+            assert len(r["data"]) == 1
+            counters["embed_calls"] += 1
+        return counters
+
+    def run(self) -> int:
+        if msg := os.environ.get("QUOTECITE_STANDIN_FAIL_AT_START"):
+            print(f"error: {msg}", file=sys.stderr)
+            return 1
+        gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+        if len(gpus) != self.world:
+            print(f"error: n_gpus_per_node={self.world} but CUDA_VISIBLE_DEVICES={gpus}", file=sys.stderr)
+            return 1
+        signal.signal(signal.SIGUSR1, self.on_usr1)
+        self.start_logger()
+        self.load()
+        print(f"Total training steps: {self.max_steps}; starting at {self.step}", flush=True)
+        if self.val_before_train:
+            self.log({"val": {"overall": 0.5}}, self.step)
+        saved = True
+        while self.step < self.max_steps:
+            self.step += 1
+            time.sleep(self.step_seconds)
+            counters = self.call_servers()
+            if self.metrics_dir:
+                with open(Path(self.metrics_dir) / "reward_counters.jsonl", "a") as f:
+                    f.write(json.dumps({"step": self.step, **counters}) + "\n")
+            saved = self.save_freq > 0 and self.step % self.save_freq == 0
+            if saved:
+                self.save()
+            self.log(metrics(self.step), self.step)
+            if self.stop:
+                break
+        if not saved:
+            self.save()
+        print(f"exiting at step {self.step}" + (" (SIGUSR1)" if self.stop else ""), flush=True)
+        return 0
+
+    def on_usr1(self, *_) -> None:
+        print("SIGUSR1: will save after this step and exit", flush=True)
+        self.stop = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_cli(list(sys.argv[1:] if argv is None else argv))
+    return Trainer(cfg).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

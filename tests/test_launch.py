@@ -1,0 +1,348 @@
+"""`sbatch launch/grpo_8b.sh` on a real single-node Slurm (started by .ci/slurm_up.sh), with stand-in programs.
+
+The trainer, judge and embedder are tests/standins (EasyR1-shaped checkpoints and logs, vLLM-shaped servers);
+everything else is the real launch code: #SBATCH lines, GPU split, health waits, signal handling, checkpoint
+repair, segments, the merged run log, self-submission with --dependency=afterany. The end of a job's wall time
+is played by `scancel --signal=USR1 --batch` (what --signal=B:USR1@... delivers), since Slurm enforces wall time
+only at minute granularity. Steps take 1 s, so the whole module runs in about a minute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from launch.runlog import find_resume_point
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def _slurm_reason() -> str:
+    if not os.environ.get("QUOTECITE_SLURM"):
+        return "QUOTECITE_SLURM is not set (.ci/run sets it after starting Slurm with .ci/slurm_up.sh)"
+    if not shutil.which("sinfo"):
+        return "no sinfo on PATH (Slurm is not installed; run .ci/slurm_up.sh)"
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return "sinfo did not answer within 10 s"
+    if r.returncode != 0 or not r.stdout.strip():
+        return f"sinfo does not answer: {r.stderr.strip() or 'no partition'}"
+    return ""
+
+
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(_slurm_reason()), reason=_slurm_reason() or "-")]
+
+RECIPE = """\
+worker:
+  actor:
+    model:
+      model_path: standin/policy
+      lora: {rank: 8, alpha: 8}
+trainer:
+  max_steps: null
+  logger: [console]
+  n_gpus_per_node: 2
+  save_freq: %(save_freq)d
+  save_limit: -1
+  val_before_train: true
+  load_checkpoint_path: null
+"""
+# --signal: the script asks for USR1 an hour before its wall time; with a 10-minute limit that would come at once.
+SBATCH_ARGS = "--cpus-per-task=1 --time=00:10:00 --signal=B:USR1@1"
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def wait_for(pred, timeout: float, what: str, poll: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def show_job(job: str) -> dict[str, str]:
+    """`scontrol show job -o` as a dict (there is no sacct without accounting)."""
+    r = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, check=True)
+    out = {}
+    for tok in r.stdout.split():
+        k, _, v = tok.partition("=")
+        out.setdefault(k, v)
+    return out
+
+
+def jobs_named(name: str) -> list[str]:
+    r = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, check=True)
+    ids = []
+    for line in r.stdout.splitlines():
+        f = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
+        if f.get("JobName") == name:
+            ids.append(f["JobId"])
+    return sorted(ids, key=int)
+
+
+def kill_every_process_of(job: str) -> None:
+    """SIGKILL the batch script and all its children at once (`scancel --signal=KILL` still TERMs the script)."""
+    r = subprocess.run(["scontrol", "listpids", job], capture_output=True, text=True, check=True)
+    pids = [int(line.split()[0]) for line in r.stdout.splitlines()[1:] if line.split() and line.split()[0].isdigit()]
+    assert pids, r.stdout
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+class Run:
+    """One run folder, its settings, and the jobs of its chain (all share one unique job name)."""
+
+    def __init__(self, tmp: Path, max_steps: int, save_freq: int = 1, **env: str) -> None:
+        self.dir = tmp / "run"
+        (self.dir / "logs").mkdir(parents=True)
+        self.recipe = tmp / "recipe.yaml"
+        self.recipe.write_text(RECIPE % {"save_freq": save_freq})
+        self.name = f"qc-test-{uuid.uuid4().hex[:8]}"
+        self.env = {
+            **os.environ,
+            "QUOTECITE_ENV_SETUP": "0",
+            "QUOTECITE_REPO": str(REPO),
+            "QUOTECITE_RUN_DIR": str(self.dir),
+            "QUOTECITE_RECIPE": str(self.recipe),
+            "QUOTECITE_MAX_STEPS": str(max_steps),
+            "QUOTECITE_PYTHON": PY,
+            "QUOTECITE_TRAINER_CMD": f"{PY} -m tests.standins.trainer",
+            "QUOTECITE_JUDGE_CMD": f"{PY} -m tests.standins.vllm_serve serve",
+            "QUOTECITE_EMBED_CMD": f"{PY} -m tests.standins.vllm_serve serve",
+            "QUOTECITE_STANDIN_STEP_SECONDS": "1",
+            "QUOTECITE_POLL_SECONDS": "0.3",
+            "QUOTECITE_HEALTH_POLL": "0.2",
+            "QUOTECITE_HEALTH_TIMEOUT": "30",
+            "QUOTECITE_STOP_GRACE": "30",
+            "QUOTECITE_SBATCH_ARGS": SBATCH_ARGS,
+            **env,
+        }
+
+    def submit(self) -> str:
+        r = subprocess.run(
+            ["sbatch", "--parsable", f"--job-name={self.name}", *SBATCH_ARGS.split(),
+             f"--output={self.dir}/logs/first-%j.out", f"--chdir={REPO}", str(REPO / "launch" / "grpo_8b.sh")],
+            env=self.env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return r.stdout.strip().split(";")[0]
+
+    def last_step(self) -> int:
+        return find_resume_point(self.dir / "checkpoints").tracker_step or 0
+
+    def logged_steps(self, segment: str) -> list[int]:
+        path = self.dir / "segments" / segment / "experiment_log.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(x)["step"] for x in path.read_text().splitlines() if x.strip().endswith("}")]
+
+    def running_job(self) -> str:
+        """The chain's job that is running now (waits for it)."""
+
+        def find():
+            for j in jobs_named(self.name):
+                if show_job(j).get("JobState") == "RUNNING":
+                    return j
+            return None
+
+        return wait_for(find, 60, f"a running job named {self.name}")
+
+    def wait_chain_end(self, timeout: float = 120) -> list[str]:
+        def ended():
+            ids = jobs_named(self.name)
+            return ids if ids and all(show_job(j).get("JobState") in FINAL for j in ids) else None
+
+        return wait_for(ended, timeout, f"every job named {self.name} to end", poll=0.5)
+
+    def run_log(self) -> list[dict]:
+        return [json.loads(x) for x in (self.dir / "run_log.jsonl").read_text().splitlines()]
+
+    def segments(self) -> list[dict]:
+        segs = [json.loads(p.read_text()) for p in (self.dir / "segments").glob("*/segment.json")]
+        return sorted(segs, key=lambda s: s["seq"])
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted((self.dir / "logs").glob("*.out")))
+
+    def usr1(self, job: str) -> None:
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
+
+
+def assert_every_step_once(run: Run, max_steps: int) -> list[dict]:
+    log = run.run_log()
+    steps = [r["step"] for r in log]
+    assert steps == list(range(0, max_steps + 1)), run.logs()
+    for r in log[1:]:  # the stand-in's metrics are a function of the step: the record is that step's
+        assert r["actor"]["pg_loss"] == round(1.0 / r["step"], 6)
+        assert r["reward_counters"] == {"judge_calls": 1, "embed_calls": 1}
+    summary = json.loads((run.dir / "run_summary.json").read_text())
+    assert summary["missing"] == []
+    return log
+
+
+@pytest.fixture
+def cleanup_jobs():
+    runs: list[Run] = []
+    yield runs
+    for run in runs:
+        ids = jobs_named(run.name)
+        if ids:
+            subprocess.run(["scancel", *ids], check=False)
+
+
+# --------------------------------------------------------------------------------------------- tests
+def test_three_job_chain_reaches_max_steps_with_every_step_logged_once(tmp_path, cleanup_jobs):
+    run = Run(tmp_path, max_steps=8)
+    cleanup_jobs.append(run)
+    first = run.submit()
+    # Job 1: the wall-time warning after checkpoint 2; job 2: after checkpoint 5; job 3 runs to the end.
+    wait_for(lambda: run.last_step() >= 2, 60, "checkpoint 2")
+    run.usr1(first)
+    second = wait_for(lambda: next((j for j in jobs_named(run.name) if j != first), None), 60, "a second job")
+    assert show_job(second)["Dependency"] in (f"afterany:{first}(unfulfilled)", "(null)")
+    assert run.running_job() == second
+    wait_for(lambda: run.last_step() >= 5, 60, "checkpoint 5")
+    run.usr1(second)
+    ids = run.wait_chain_end()
+
+    assert len(ids) == 3, run.logs()
+    assert [show_job(j)["JobState"] for j in ids] == ["COMPLETED"] * 3
+    segs = run.segments()
+    assert [s["job_id"] for s in segs] == ids
+    assert [s["status"] for s in segs] == ["stopped", "stopped", "finished"]
+    # each job resumed where the previous one's last checkpoint left off
+    assert [s["resume_step"] for s in segs[1:]] == [segs[0]["end_step"], segs[1]["end_step"]]
+    assert segs[-1]["end_step"] == 8
+    log = assert_every_step_once(run, 8)
+    assert {r["segment"] for r in log} == {s["name"] for s in segs}
+    # the GPU split of the real job: servers on the third GPU, trainer on the first two
+    judge = json.loads((run.dir / "segments" / segs[0]["name"] / "judge.log").read_text().splitlines()[0])
+    embed = json.loads((run.dir / "segments" / segs[0]["name"] / "embed.log").read_text().splitlines()[0])
+    assert (judge["cuda_visible_devices"], embed["cuda_visible_devices"]) == ("2", "2")
+    assert (judge["model"], embed["model"], embed["runner"]) == ("Qwen/Qwen3.5-9B", "Qwen/Qwen3-VL-Embedding-2B",
+                                                                 "pooling")  # fmt: skip
+    trainer_log = (run.dir / "segments" / segs[1]["name"] / "trainer.log").read_text()
+    assert f"global_step_{segs[0]['end_step']}." in trainer_log  # "Load from checkpoint: .../global_step_N."
+    man = json.loads((run.dir / "manifest.json").read_text())
+    assert [j["job_id"] for j in man["jobs"]] == ids
+    assert [j["next"] for j in man["jobs"]] == ["continue", "continue", "done"]
+    assert man["recipe"]["sha256"] and man["max_steps"] == 8
+    assert man["models"] == {"policy": "standin/policy", "judge": "Qwen/Qwen3.5-9B",
+                             "embedder": "Qwen/Qwen3-VL-Embedding-2B"}  # fmt: skip
+    assert "run complete: global_step_8 reaches max_steps=8" in (run.dir / "chain.log").read_text()
+
+
+def test_requeue_mid_job_loses_no_completed_step_and_duplicates_none(tmp_path, cleanup_jobs):
+    # save every 3 steps: the requeue lands after step 4 is logged but before checkpoint 6, so the rerun
+    # repeats steps 4.. from checkpoint 3 and their first records must be superseded, not duplicated.
+    run = Run(tmp_path, max_steps=6, save_freq=3)
+    cleanup_jobs.append(run)
+    job = run.submit()
+    first_seg = f"{job}-0"
+    wait_for(lambda: max(run.logged_steps(first_seg), default=0) >= 4, 60, "step 4 logged")
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    wait_for(lambda: show_job(job).get("JobState") == "PENDING", 60, "the requeued job to be pending")
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)  # else held ~121 s
+    ids = run.wait_chain_end()
+
+    assert ids == [job], run.logs()  # no extra job: the requeued one resumed by itself
+    info = show_job(job)
+    assert (info["JobState"], info["Restarts"]) == ("COMPLETED", "1")
+    segs = run.segments()
+    assert [(s["name"], s["status"]) for s in segs] == [(first_seg, "terminated"), (f"{job}-1", "finished")]
+    assert segs[1]["resume_step"] == 3
+    logged_by_first = run.logged_steps(first_seg)
+    assert max(logged_by_first) >= 4
+    summary = json.loads((run.dir / "run_summary.json").read_text())
+    assert summary["superseded"] == {first_seg: [s for s in logged_by_first if s > 3]}
+    log = assert_every_step_once(run, 6)
+    assert [r["segment"] for r in log] == [first_seg] * 4 + [f"{job}-1"] * 3
+    assert "DUE TO JOB REQUEUE" in run.logs()  # --open-mode=append kept the first run's output
+
+
+def test_job_killed_while_writing_a_checkpoint_resumes_from_the_previous_complete_one(tmp_path, cleanup_jobs):
+    # The stand-in pauses half-way through writing checkpoint 3 (shards written, no adapter, no tracker update);
+    # every process of the job is SIGKILLed there, as when a node dies (no cleanup runs), and a new submission must
+    # resume from checkpoint 2.
+    run = Run(tmp_path, max_steps=4, QUOTECITE_STANDIN_SLOW_SAVE="3:60")
+    cleanup_jobs.append(run)
+    job = run.submit()
+    shard = run.dir / "checkpoints" / "global_step_3" / "actor" / "model_world_size_2_rank_0.pt"
+    wait_for(shard.exists, 60, "checkpoint 3 to be half-written")
+    assert run.last_step() == 2
+    kill_every_process_of(job)
+    wait_for(lambda: show_job(job).get("JobState") in FINAL, 60, "the killed job to end")
+    assert jobs_named(run.name) == [job]  # a killed job submits nothing
+    assert json.loads((run.dir / "segments" / f"{job}-0" / "segment.json").read_text())["status"] == "running"
+
+    second = run.submit()
+    assert run.wait_chain_end() == [job, second], run.logs()
+    segs = run.segments()
+    assert [(s["name"], s["status"]) for s in segs] == [(f"{job}-0", "died"), (f"{second}-0", "finished")]
+    assert segs[1]["resume_step"] == 2
+    moved = run.dir / "checkpoints" / "incomplete" / f"global_step_3.{second}-0"
+    assert (moved / "actor" / "model_world_size_2_rank_0.pt").exists()
+    assert not (moved / "dataloader.pt").exists()
+    trainer_log = (run.dir / "segments" / f"{second}-0" / "trainer.log").read_text()
+    assert "global_step_2." in trainer_log and "global_step_3." not in trainer_log.split("starting at")[0]
+    assert find_resume_point(run.dir / "checkpoints").step == 4
+    assert_every_step_once(run, 4)
+
+
+def test_judge_that_never_becomes_healthy_ends_the_chain_with_a_clear_error(tmp_path, cleanup_jobs):
+    run = Run(
+        tmp_path,
+        max_steps=4,
+        QUOTECITE_JUDGE_CMD=f"{PY} -m tests.standins.vllm_serve serve --never-healthy",
+        QUOTECITE_HEALTH_TIMEOUT="3",
+    )
+    cleanup_jobs.append(run)
+    job = run.submit()
+    ids = run.wait_chain_end(timeout=60)
+    time.sleep(1)  # a resubmission would show up within this second: there must be none
+    assert jobs_named(run.name) == ids == [job]
+    info = show_job(job)
+    assert (info["JobState"], info["ExitCode"]) == ("FAILED", "1:0")
+    seg = run.segments()[0]
+    judge_log = run.dir / "segments" / seg["name"] / "judge.log"
+    out = run.logs()
+    assert "judge server (Qwen/Qwen3.5-9B on GPU 2, port " in out
+    assert "did not answer http://127.0.0.1:" in out and f"/health within 3s; see its log: {judge_log}" in out
+    assert "The chain stops here (no job submitted)." in out
+    assert seg["status"] == "server_failed"
+    assert not (run.dir / "segments" / seg["name"] / "trainer.log").exists()  # never started
+    assert not (run.dir / "segments" / seg["name"] / "embed.log").exists()
+    assert json.loads((run.dir / "manifest.json").read_text())["jobs"][0]["next"] == "stop"
+
+
+def test_chain_stops_after_the_set_number_of_jobs_without_progress(tmp_path, cleanup_jobs):
+    run = Run(
+        tmp_path,
+        max_steps=4,
+        QUOTECITE_STANDIN_FAIL_AT_START="CUDA error: out of memory",
+        QUOTECITE_MAX_STALLED_JOBS="2",
+    )
+    cleanup_jobs.append(run)
+    run.submit()
+    ids = run.wait_chain_end()
+    time.sleep(1)
+    assert jobs_named(run.name) == ids and len(ids) == 2, run.logs()
+    assert [s["status"] for s in run.segments()] == ["crashed", "crashed"]
+    assert "2 jobs in a row made no progress (stuck at step 0); not resubmitting" in run.logs()

@@ -1,0 +1,234 @@
+"""launch/grpo_8b.sh and launch/eval_8b.sh without Slurm: `--dry-run` output, and the job logic run directly with
+the stand-in programs (signals delivered to the script as Slurm would deliver them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+GRPO = str(REPO / "launch" / "grpo_8b.sh")
+EVAL = str(REPO / "launch" / "eval_8b.sh")
+STANDIN_RECIPE = """\
+worker: {actor: {model: {model_path: standin/policy, lora: {rank: 8}}}}
+trainer: {max_steps: null, logger: [console], n_gpus_per_node: 2, save_freq: %d, save_limit: -1,
+          val_before_train: false, load_checkpoint_path: null}
+"""
+
+
+def base_env(tmp: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "QUOTECITE_", "CUDA_VISIBLE"))}
+    env.update(
+        QUOTECITE_ENV_SETUP="0",
+        QUOTECITE_PYTHON=PY,
+        QUOTECITE_RUN_DIR=str(tmp / "run"),
+        QUOTECITE_JUDGE_PORT="0",  # any free port: tests may run next to a real server on 8000
+        QUOTECITE_EMBED_PORT="0",
+    )
+    env.update(extra)
+    return env
+
+
+def dry_run(tmp: Path, script: str = GRPO, args: tuple[str, ...] = (), **env: str) -> str:
+    r = subprocess.run(
+        ["bash", script, "--dry-run", *args], env=base_env(tmp, **env), capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def plus_lines(out: str) -> list[list[str]]:
+    """The printed commands ("+ ..." lines), split like the shell would."""
+    cmds = []
+    for line in out.splitlines():
+        if line.startswith("+ "):
+            cmd = line[2:].split(" > ")[0].split("   #")[0]
+            cmds.append(shlex.split(cmd))
+    return cmds
+
+
+# --------------------------------------------------------------------------------------------- dry run
+def test_dry_run_shows_the_gpu_split_trainer_on_0_1_servers_on_2(tmp_path):
+    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="144")
+    assert "# GPU split       trainer CUDA_VISIBLE_DEVICES=0,1 (trainer.n_gpus_per_node=2); judge + embedder " \
+           "CUDA_VISIBLE_DEVICES=2" in out  # fmt: skip
+    cmds = plus_lines(out)
+    judge = next(c for c in cmds if "Qwen/Qwen3.5-9B" in c and "--port" in c)
+    embed = next(c for c in cmds if "Qwen/Qwen3-VL-Embedding-2B" in c and "--port" in c)
+    trainer = next(c for c in cmds if "verl.trainer.main" in c)
+    assert judge[:3] == ["CUDA_VISIBLE_DEVICES=2", "vllm", "serve"]
+    assert embed[:3] == ["CUDA_VISIBLE_DEVICES=2", "vllm", "serve"]
+    assert trainer[0] == "CUDA_VISIBLE_DEVICES=0,1"
+    # the memory shares on the shared GPU, and the embedder's pooling runner
+    assert judge[judge.index("--gpu-memory-utilization") + 1] == "0.55"
+    assert embed[embed.index("--gpu-memory-utilization") + 1] == "0.25"
+    assert embed[embed.index("--runner") + 1] == "pooling"
+    assert cmds.index(judge) < cmds.index(embed) < cmds.index(trainer)  # judge, then embedder, then trainer
+
+
+def test_dry_run_trainer_command_resumes_in_the_run_folder_and_reaches_the_servers(tmp_path):
+    run = tmp_path / "run"
+    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="144", QUOTECITE_TRAIN_FILES="/d/train.parquet")
+    trainer = next(c for c in plus_lines(out) if "verl.trainer.main" in c)
+    i = trainer.index("verl.trainer.main")
+    assert trainer[i - 2 : i] == ["python3", "-m"]
+    assert trainer[i + 1 :] == [
+        f"config={REPO}/recipes/qwen3vl_8b_grpo.yaml",
+        "trainer.nnodes=1",
+        "trainer.n_gpus_per_node=2",
+        f"trainer.save_checkpoint_path={run}/checkpoints",
+        "trainer.find_last_checkpoint=true",
+        "trainer.max_steps=144",
+        "data.train_files=/d/train.parquet",
+    ]
+    env = dict(x.split("=", 1) for x in trainer[2 : i - 2])  # after "env"
+    assert env["QUOTECITE_JUDGE_URL"] == "http://127.0.0.1:" + env["QUOTECITE_JUDGE_URL"].split(":")[2]
+    assert env["QUOTECITE_JUDGE_URL"].endswith("/v1") and env["QUOTECITE_EMBED_URL"].endswith("/v1")
+    assert env["QUOTECITE_JUDGE_URL"] != env["QUOTECITE_EMBED_URL"]
+    assert (env["QUOTECITE_JUDGE_MODEL"], env["QUOTECITE_EMBED_MODEL"]) == (
+        "Qwen/Qwen3.5-9B",
+        "Qwen/Qwen3-VL-Embedding-2B",
+    )
+    assert env["QUOTECITE_CKPT_DIR"] == f"{run}/checkpoints"
+    assert env["PYTHONPATH"].split(":")[0] == str(REPO)
+    # the next job of the chain
+    sbatch = next(c for c in plus_lines(out) if c[0] == "sbatch")
+    assert "--dependency=afterany:JOBID" in sbatch and "--open-mode=append" in sbatch
+    assert sbatch[-1] == GRPO
+    assert not run.exists()  # a dry run creates nothing
+
+
+def test_dry_run_maps_the_split_onto_the_gpus_slurm_assigned(tmp_path):
+    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", CUDA_VISIBLE_DEVICES="4,5,6")
+    assert (
+        "trainer CUDA_VISIBLE_DEVICES=4,5 (trainer.n_gpus_per_node=2); judge + embedder CUDA_VISIBLE_DEVICES=6" in out
+    )
+
+
+def test_too_few_gpus_is_an_error_that_says_how_many_are_needed(tmp_path):
+    r = subprocess.run(["bash", GRPO, "--dry-run"], env=base_env(tmp_path, QUOTECITE_MAX_STEPS="8",
+                       CUDA_VISIBLE_DEVICES="0,1"), capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 1
+    assert "this job sees 2 GPU(s) (CUDA_VISIBLE_DEVICES=0,1), needs 3: 2 for the trainer, 1 for the judge" in r.stderr
+
+
+def test_dry_run_passes_extra_arguments_to_the_trainer_and_the_next_job(tmp_path):
+    out = dry_run(tmp_path, args=("worker.rollout.n=8",), QUOTECITE_MAX_STEPS="8")
+    cmds = plus_lines(out)
+    assert next(c for c in cmds if "verl.trainer.main" in c)[-1] == "worker.rollout.n=8"
+    assert next(c for c in cmds if c[0] == "sbatch")[-2:] == [GRPO, "worker.rollout.n=8"]
+
+
+def test_dry_run_with_the_environment_setup_shows_the_pinned_installs_without_installing(tmp_path):
+    out = dry_run(
+        tmp_path, QUOTECITE_ENV_SETUP="1", QUOTECITE_MAX_STEPS="8", QUOTECITE_ENV_ROOT=str(tmp_path / "envs")
+    )
+    assert "verl @ git+https://github.com/hiyouga/EasyR1.git@b44b311" in out
+    assert "vllm==0.11.0" in out and "vllm==0.18.1" in out
+    assert f"{tmp_path}/envs/trainer-easyr1-b44b311-vllm-0.11.0/bin/python -m verl.trainer.main" in out
+    assert f"{tmp_path}/envs/server-vllm-0.18.1/bin/vllm serve Qwen/Qwen3.5-9B" in out
+    assert not (tmp_path / "envs").exists()
+
+
+def test_eval_dry_run_infers_base_and_adapter_on_gpus_0_and_1_then_resolves_and_scores(tmp_path):
+    out = dry_run(tmp_path, script=EVAL, QUOTECITE_EVAL_STEP="144", QUOTECITE_EVAL_GOLD="/g.jsonl",
+                  QUOTECITE_EVAL_CACHE_DIR="/cache")  # fmt: skip
+    cmds = plus_lines(out)
+    adapter = f"{tmp_path}/run/checkpoints/global_step_144/actor/lora_adapter"
+    infer = [c for c in cmds if "infer" in c]
+    assert [c[0] for c in infer] == ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]
+    assert "--lora" not in infer[0] and infer[1][infer[1].index("--lora") + 1] == adapter
+    assert all(c[c.index("--model") + 1] == "Qwen/Qwen3-VL-8B-Instruct" for c in infer)
+    servers = [c for c in cmds if "serve" in c]
+    assert [c[0] for c in servers] == ["CUDA_VISIBLE_DEVICES=2"] * 2
+    steps = [c[c.index("eval") + 1] for c in cmds if "eval" in c and "-m" in c]
+    assert steps == ["infer", "infer", "resolve", "score", "resolve", "score"]
+    score = [c for c in cmds if "score" in c]
+    assert [c[c.index("--label") + 1] for c in score] == ["base", "grpo-step144"]
+    assert not (tmp_path / "run").exists()
+
+
+# --------------------------------------------------------------------------------------------- local runs
+def standin_env(tmp: Path, max_steps: int, save_freq: int = 1, **extra: str) -> dict[str, str]:
+    recipe = tmp / "recipe.yaml"
+    recipe.write_text(STANDIN_RECIPE % save_freq)
+    settings = {
+        "QUOTECITE_RECIPE": str(recipe),
+        "QUOTECITE_MAX_STEPS": str(max_steps),
+        "QUOTECITE_TRAINER_CMD": f"{PY} -m tests.standins.trainer",
+        "QUOTECITE_JUDGE_CMD": f"{PY} -m tests.standins.vllm_serve serve",
+        "QUOTECITE_EMBED_CMD": f"{PY} -m tests.standins.vllm_serve serve",
+        "QUOTECITE_STANDIN_STEP_SECONDS": "0.5",
+        "QUOTECITE_POLL_SECONDS": "0.2",
+        "QUOTECITE_HEALTH_POLL": "0.1",
+        "QUOTECITE_HEALTH_TIMEOUT": "20",
+        "QUOTECITE_STOP_GRACE": "20",
+    }
+    return base_env(tmp, **{**settings, **extra})
+
+
+def tracker_step(run: Path) -> int:
+    p = run / "checkpoints" / "checkpoint_tracker.json"
+    try:
+        return json.loads(p.read_text())["last_global_step"]
+    except (OSError, ValueError):
+        return 0
+
+
+def segment(run: Path) -> dict:
+    (s,) = [json.loads(p.read_text()) for p in (run / "segments").glob("*/segment.json")]
+    return s
+
+
+@pytest.mark.parametrize("mode", ["checkpoint", "signal"])
+def test_usr1_stops_the_trainer_at_a_checkpoint_and_keeps_every_step(tmp_path, mode):
+    # checkpoint: EasyR1 has no handler, so the script waits for the next checkpoint and stops it; signal: the
+    # trainer saves on SIGUSR1 itself. Saves every 2 steps, so in checkpoint mode the stop waits for one.
+    run = tmp_path / "run"
+    env = standin_env(tmp_path, max_steps=40, save_freq=2, QUOTECITE_TRAINER_STOP=mode)
+    p = subprocess.Popen(["bash", GRPO], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while tracker_step(run) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    p.send_signal(signal.SIGUSR1)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, out
+    s = segment(run)
+    assert s["status"] == "stopped" and 2 < s["end_step"] < 40, out
+    assert (s["trainer_exit"] == 0) == (mode == "signal")  # signal mode exits by itself; else it is stopped
+    log = [json.loads(x) for x in (run / "run_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(1, s["end_step"] + 1))
+    assert "not under Slurm: run this script again to resume" in out
+
+
+def test_second_local_run_resumes_and_a_finished_run_does_nothing(tmp_path):
+    run = tmp_path / "run"
+    env = standin_env(tmp_path, max_steps=2)
+    for _ in range(2):
+        r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    assert "run complete: checkpoint global_step_2 reaches max_steps=2; nothing to do" in r.stderr
+    assert len(list((run / "segments").iterdir())) == 1
+    man = json.loads((run / "manifest.json").read_text())
+    assert [j.get("status") for j in man["jobs"]] == ["finished", "done"]
+
+
+def test_a_judge_that_exits_at_start_is_named_with_its_log(tmp_path):
+    run = tmp_path / "run"
+    env = standin_env(tmp_path, max_steps=2, QUOTECITE_JUDGE_CMD=f"{PY} -c exit(3)")
+    r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    seg = segment(run)
+    log = run / "segments" / seg["name"] / "judge.log"
+    assert "error: judge server (Qwen/Qwen3.5-9B on GPU 2, port " in r.stderr
+    assert "exited (code 3) before answering http://127.0.0.1:" in r.stderr and f"see its log: {log}" in r.stderr
+    assert seg["status"] == "server_failed"

@@ -1,0 +1,351 @@
+"""launch/runlog.py: which checkpoint is complete, repair, segments, the merged run log, chain decisions, manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from launch.runlog import (
+    CHECKPOINT_TRACKER,
+    RunError,
+    Segment,
+    check_recipe,
+    check_step_dir,
+    decide_at_end,
+    decide_at_start,
+    find_resume_point,
+    load_segments,
+    main,
+    merge_run_log,
+    new_segment,
+    plan_max_steps,
+    repair_checkpoints,
+    save_segment,
+    stalled_count,
+    update_manifest,
+)
+
+
+# --------------------------------------------------------------------------------------------- fixtures
+def write_step(ckpt: Path, step: int, world: int = 2, lora: bool = True, dataloader: bool = True) -> Path:
+    """A step folder laid out as EasyR1 at b44b311 writes it."""
+    actor = ckpt / f"global_step_{step}" / "actor"
+    actor.mkdir(parents=True)
+    for r in range(world):
+        for kind in ("model", "optim", "extra_state"):
+            (actor / f"{kind}_world_size_{world}_rank_{r}.pt").write_bytes(b"x")
+    if lora:
+        (actor / "lora_adapter").mkdir()
+        (actor / "lora_adapter" / "adapter_model.safetensors").write_bytes(b"x")
+        (actor / "lora_adapter" / "adapter_config.json").write_text("{}")
+    if dataloader:
+        (actor.parent / "dataloader.pt").write_bytes(b"x")
+    return actor.parent
+
+
+def write_tracker(ckpt: Path, step: int | None, raw: str | None = None) -> None:
+    text = raw if raw is not None else json.dumps({"best_global_step": step, "last_global_step": step})
+    (ckpt / CHECKPOINT_TRACKER).write_text(text)
+
+
+def break_step(folder: Path, how: str) -> None:
+    if how == "no_dataloader":
+        (folder / "dataloader.pt").unlink()
+    elif how == "no_adapter":
+        (folder / "actor" / "lora_adapter" / "adapter_model.safetensors").unlink()
+    elif how == "empty_shard":
+        (folder / "actor" / "optim_world_size_2_rank_1.pt").write_bytes(b"")
+    elif how == "missing_rank":
+        (folder / "actor" / "model_world_size_2_rank_1.pt").unlink()
+
+
+# --------------------------------------------------------------------------------------------- checkpoints
+@pytest.mark.parametrize(
+    ("how", "problem"),
+    [
+        (None, ""),  # everything EasyR1 writes is there
+        ("no_dataloader", "dataloader.pt missing or empty"),  # killed between actor/ and dataloader.pt
+        ("no_adapter", "actor/lora_adapter/adapter_model.safetensors missing or empty"),  # killed in the adapter save
+        ("empty_shard", "empty shard actor/optim_world_size_2_rank_1.pt"),  # a file created but never written
+        ("missing_rank", "actor/model shards missing for ranks [1] of world size 2"),  # rank 1 never got there
+    ],
+)
+def test_check_step_dir_names_the_first_missing_piece(tmp_path, how, problem):
+    folder = write_step(tmp_path, 4)
+    if how:
+        break_step(folder, how)
+    assert check_step_dir(folder) == problem
+
+
+def test_check_step_dir_without_lora_does_not_require_an_adapter(tmp_path):
+    folder = write_step(tmp_path, 4, lora=False)
+    assert check_step_dir(folder, require_lora=False) == ""
+    assert check_step_dir(folder, require_lora=True) == "actor/lora_adapter/adapter_model.safetensors missing or empty"
+
+
+# One row per situation a dead job can leave behind: (complete steps, broken steps {step: how}, tracker, expected
+# resume step, expected folders that must not be resumed).
+RESUME_CASES = [
+    ([2, 4], {}, 4, 4, []),  # the normal case: the tracker's step
+    ([2, 4], {6: "no_dataloader"}, 4, 4, [6]),  # killed while writing step 6, before the tracker update
+    ([2, 4, 6], {}, 4, 4, [6]),  # step 6 finished but its tracker update never happened: not committed
+    ([2], {4: "no_adapter"}, 4, 2, [4]),  # the tracker names a damaged folder: fall back to the previous one
+    ([2], {}, 4, 2, []),  # the tracker names a deleted folder (save_limit pruning): EasyR1 would restart at 0
+    ([2, 4], {}, "corrupt", 4, []),  # tracker cut off mid-write: its step folder was already complete
+    ([2], {4: "no_dataloader"}, "corrupt", 2, [4]),  # ... unless that folder is itself torn
+    ([2], {}, None, 0, [2]),  # no tracker at all: nothing was ever committed (EasyR1 starts at 0 too)
+    ([], {}, None, 0, []),  # a fresh run
+]
+
+
+@pytest.mark.parametrize(("complete", "broken", "tracker", "step", "incomplete"), RESUME_CASES)
+def test_find_resume_point_takes_the_last_complete_committed_checkpoint(
+    tmp_path, complete, broken, tracker, step, incomplete
+):
+    for s in complete:
+        write_step(tmp_path, s)
+    for s, how in broken.items():
+        break_step(write_step(tmp_path, s), how)
+    if tracker == "corrupt":
+        write_tracker(tmp_path, None, raw='{"best_global_step": 4, "last_glo')
+    elif tracker is not None:
+        write_tracker(tmp_path, tracker)
+    rp = find_resume_point(tmp_path)
+    assert (rp.step, list(rp.incomplete)) == (step, incomplete)
+    assert rp.path == (tmp_path / f"global_step_{step}" if step else None)
+
+
+def test_repair_moves_torn_folders_aside_and_rewrites_the_tracker_for_easyr1(tmp_path):
+    write_step(tmp_path, 2)
+    break_step(write_step(tmp_path, 4), "no_adapter")
+    break_step(write_step(tmp_path, 6), "no_dataloader")
+    write_tracker(tmp_path, 4)
+    rp = repair_checkpoints(tmp_path, "77-0")
+    assert rp.step == 2
+    assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_2"]
+    assert sorted(p.name for p in (tmp_path / "incomplete").iterdir()) == ["global_step_4.77-0", "global_step_6.77-0"]
+    info = json.loads((tmp_path / CHECKPOINT_TRACKER).read_text())
+    assert info["last_global_step"] == 2 and info["best_global_step"] == 2
+    assert info["last_actor_path"] == str((tmp_path / "global_step_2" / "actor").resolve())
+    # a second repair finds nothing left to do
+    assert repair_checkpoints(tmp_path, "78-0") == find_resume_point(tmp_path)
+    assert find_resume_point(tmp_path).incomplete == ()
+
+
+def test_repair_without_any_complete_checkpoint_removes_the_tracker(tmp_path):
+    break_step(write_step(tmp_path, 2), "no_dataloader")
+    write_tracker(tmp_path, 2)
+    assert repair_checkpoints(tmp_path, "5-0").step == 0
+    assert not (tmp_path / CHECKPOINT_TRACKER).exists()
+    assert (tmp_path / "incomplete" / f"{CHECKPOINT_TRACKER}.5-0").exists()
+
+
+# --------------------------------------------------------------------------------------------- segments + merge
+def seg_log(run: Path, seg: str, rows: list[dict], torn: str = "") -> None:
+    path = run / "segments" / seg / "experiment_log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + torn)
+
+
+def test_new_segment_points_easyr1s_truncating_log_at_its_own_file(tmp_path):
+    first = new_segment(tmp_path, "100", resume_step=0)
+    log = tmp_path / "checkpoints" / "experiment_log.jsonl"
+    with open(log, "w") as f:  # what EasyR1's FileLogger does at start
+        f.write('{"step": 1}\n')
+    second = new_segment(tmp_path, "100", resume_step=1)
+    with open(log, "w") as f:  # the requeued job truncates "the" log again...
+        f.write('{"step": 2}\n')
+    assert (first.name, second.name, second.seq) == ("100-0", "100-1", 2)
+    # ... but only its own segment's file
+    assert (tmp_path / "segments" / "100-0" / "experiment_log.jsonl").read_text() == '{"step": 1}\n'
+    assert (tmp_path / "segments" / "100-1" / "experiment_log.jsonl").read_text() == '{"step": 2}\n'
+    assert os.readlink(log) == "../segments/100-1/experiment_log.jsonl"
+
+
+def test_merge_keeps_each_step_once_and_supersedes_steps_after_the_resume_point(tmp_path):
+    a = new_segment(tmp_path, "10", 0)
+    seg_log(tmp_path, a.name, [{"step": 0, "val": {"s": 0.1}}] + [{"step": s, "loss": s} for s in (1, 2, 3, 4, 5)])
+    b = new_segment(tmp_path, "11", 3)  # resumed from checkpoint 3: steps 4, 5 of job 10 are void
+    seg_log(tmp_path, b.name, [{"step": 3, "val": {"s": 0.3}}, {"step": 4, "loss": 40}], torn='{"step": 5, "lo')
+    c = new_segment(tmp_path, "12", 4)
+    seg_log(tmp_path, c.name, [{"step": 5, "loss": 50}, {"step": 6, "loss": 60}, {"step": 6, "val": {"s": 0.6}}])
+    (tmp_path / "segments" / c.name / "reward_counters.jsonl").write_text(
+        '{"step": 6, "judge_failures": 1}\n{"judge_calls": 10}\n{"judge_calls": 5}\n'
+    )
+    s = merge_run_log(tmp_path, max_steps=6)
+    log = [json.loads(x) for x in (tmp_path / "run_log.jsonl").read_text().splitlines()]
+    assert log == [
+        {"step": 0, "segment": "10-0", "val": {"s": 0.1}},
+        {"step": 1, "segment": "10-0", "loss": 1},
+        {"step": 2, "segment": "10-0", "loss": 2},
+        {"step": 3, "segment": "10-0", "loss": 3, "val": {"s": 0.3}},  # validation at the resume step joins it
+        {"step": 4, "segment": "11-0", "loss": 40},
+        {"step": 5, "segment": "12-0", "loss": 50},
+        {"step": 6, "segment": "12-0", "loss": 60, "val": {"s": 0.6}, "reward_counters": {"judge_failures": 1}},
+    ]
+    assert s.superseded == {"10-0": [4, 5]}
+    assert s.torn_lines == {"11-0": 1}
+    assert s.missing == []
+    assert s.reward_counters == {"12-0": {"judge_calls": 15}}
+    summary = json.loads((tmp_path / "run_summary.json").read_text())
+    assert (summary["n_steps"], summary["last_step"], summary["superseded"]) == (7, 6, {"10-0": [4, 5]})
+
+
+def test_merge_reports_steps_no_segment_logged(tmp_path):
+    a = new_segment(tmp_path, "10", 0)
+    seg_log(tmp_path, a.name, [{"step": 1}, {"step": 3}])
+    assert merge_run_log(tmp_path, max_steps=4).missing == [2, 4]
+
+
+# --------------------------------------------------------------------------------------------- decisions
+def seg(status: str, resume: int, end: int | None, name: str = "1-0") -> Segment:
+    return Segment(name=name, job_id="1", seq=1, started_at="", resume_step=resume, status=status, end_step=end)
+
+
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [
+        ([seg("stopped", 0, 4), seg("crashed", 4, 4)], 1),  # the last job made no progress
+        ([seg("crashed", 4, 4), seg("crashed", 4, 4)], 2),  # two in a row
+        ([seg("crashed", 0, 0), seg("stopped", 0, 4)], 0),  # progress resets the count
+        ([seg("crashed", 0, 0), seg("running", 0, None)], 1),  # a running segment is not judged yet
+    ],
+)
+def test_stalled_count_counts_the_latest_jobs_without_a_new_checkpoint(history, expected):
+    assert stalled_count(history) == expected
+
+
+@pytest.mark.parametrize(
+    ("last", "action", "exit_code", "needle"),
+    [
+        (seg("stopped", 0, 4), "continue", 0, "trainer stopped at step 4 of 8; submitting the next job"),
+        (seg("crashed", 0, 2), "continue", 1, "trainer crashed at step 2 of 8"),  # progress made: retry
+        (seg("stopped", 4, 8), "done", 0, "run complete: global_step_8 reaches max_steps=8"),
+        (seg("finished", 4, 8), "done", 0, "run complete"),
+        (seg("finished", 4, 6), "stop", 1, "exited normally at step 6 < max_steps=8"),  # max_steps disagree
+        (seg("terminated", 4, 6), "none", 143, "cancelled or requeued"),  # Slurm decides, never resubmit
+        (seg("server_failed", 4, 4), "stop", 1, "not resubmitting: "),
+    ],
+)
+def test_decide_at_end(last, action, exit_code, needle):
+    d = decide_at_end([last], max_steps=8, max_stalled=2)
+    assert (d.action, d.exit_code) == (action, exit_code)
+    assert needle in d.message
+
+
+def test_decide_at_end_stops_after_max_stalled_jobs_without_progress():
+    history = [seg("crashed", 2, 2, "1-0"), seg("crashed", 2, 2, "2-0")]
+    d = decide_at_end(history, max_steps=8, max_stalled=2)
+    assert (d.action, d.exit_code) == ("stop", 1)
+    assert d.message.startswith("2 jobs in a row made no progress (stuck at step 2); not resubmitting")
+    assert decide_at_end(history[:1], max_steps=8, max_stalled=2).action == "continue"
+
+
+def test_decide_at_start():
+    assert decide_at_start([], 8, max_steps=8, max_stalled=2).action == "done"
+    assert decide_at_start([], 0, max_steps=8, max_stalled=2).message == "starting from step 0"
+    assert decide_at_start([seg("stopped", 0, 4)], 4, max_steps=8, max_stalled=2).message == "resuming from step 4"
+    stuck = [seg("crashed", 4, 4), seg("crashed", 4, 4)]
+    d = decide_at_start(stuck, 4, max_steps=8, max_stalled=2)
+    assert (d.action, d.exit_code) == ("stop", 1)
+    assert decide_at_start(stuck, 4, max_steps=8, max_stalled=0).action == "run"  # 0 disables the limit
+
+
+# --------------------------------------------------------------------------------------------- recipe, manifest
+@pytest.mark.parametrize(
+    ("trainer", "error"),
+    [
+        ({"save_freq": 4, "save_limit": 5, "load_checkpoint_path": None}, None),  # the project's recipe
+        ({"save_freq": -1}, "trainer.save_freq must be > 0"),  # never saves: nothing to resume
+        ({"save_freq": 4, "load_checkpoint_path": "/x/global_step_4"}, "trainer.load_checkpoint_path must be null"),
+        ({"save_freq": 4, "save_limit": 1}, "trainer.save_limit=1 deletes the only complete checkpoint"),
+    ],
+)
+def test_check_recipe_rejects_settings_that_break_chaining(trainer, error):
+    errors = check_recipe({"trainer": trainer}, {})
+    if error is None:
+        assert errors == []
+    else:
+        assert len(errors) == 1 and errors[0].startswith(error)
+
+
+def test_the_projects_recipe_passes_the_chaining_checks():
+    from launch.runlog import load_recipe
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "qwen3vl_8b_grpo.yaml"
+    if not recipe.exists():
+        pytest.skip("recipes/qwen3vl_8b_grpo.yaml not written yet")
+    assert check_recipe(load_recipe(recipe), {}) == []
+
+
+def test_plan_max_steps_order_env_then_recipe_then_data(tmp_path):
+    recipe = {"trainer": {"max_steps": None, "total_epochs": 3}, "data": {"rollout_batch_size": 32}}
+    assert plan_max_steps(recipe, {}, "7", "") == (7, "QUOTECITE_MAX_STEPS")
+    assert plan_max_steps({"trainer": {"max_steps": 5}}, {}, "", "") == (5, "recipe trainer.max_steps")
+    assert plan_max_steps(recipe, {"trainer.max_steps": "9"}, "", "")[0] == 9  # a command-line override wins
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"q": list(range(1584))}), tmp_path / "train.parquet")
+    # EasyR1's own formula (drop_last dataloader): 1584 // 32 * 3
+    assert plan_max_steps(recipe, {}, "", str(tmp_path / "train.parquet")) == (
+        147,
+        "1584 rows // rollout_batch_size 32 * total_epochs 3",
+    )
+    with pytest.raises(RunError, match="cannot tell max_steps"):
+        plan_max_steps(recipe, {}, "", "${oc.env:QUOTECITE_DATA_DIR}/train.parquet")
+
+
+def test_manifest_records_jobs_and_refuses_a_changed_recipe(tmp_path):
+    base = {"recipe": {"path": "r.yaml", "sha256": "aaa"}, "models": {"judge": "J"}, "max_steps": 8}
+    update_manifest(tmp_path, base, {"job_id": "1", "segment": "1-0", "resume_step": 0})
+    update_manifest(tmp_path, {}, {"job_id": "1", "segment": "1-0", "end_step": 4, "next": "continue"})
+    man = update_manifest(tmp_path, base, {"job_id": "2", "segment": "2-0", "resume_step": 4})
+    assert man["jobs"] == [
+        {"job_id": "1", "segment": "1-0", "resume_step": 0, "end_step": 4, "next": "continue"},
+        {"job_id": "2", "segment": "2-0", "resume_step": 4},
+    ]
+    changed = {**base, "recipe": {"path": "r.yaml", "sha256": "bbb"}}
+    with pytest.raises(RunError, match="the recipe changed during the run"):
+        update_manifest(tmp_path, changed, {"job_id": "3"})
+    man = update_manifest(tmp_path, changed, {"job_id": "3"}, allow_recipe_change=True)
+    assert man["jobs"][-1] == {"job_id": "3", "recipe_sha256": "bbb"}
+
+
+# --------------------------------------------------------------------------------------------- the CLI
+def test_prepare_and_finish_through_the_cli(tmp_path, capsys):
+    run = tmp_path / "run"
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("trainer: {save_freq: 1}\n")
+    common = ["--run-dir", str(run), "--max-steps", "4", "--max-stalled", "2"]
+    assert main(["prepare", *common, "--job-id", "50", "--recipe", str(recipe), "--model", "judge=J"]) == 0
+    out = capsys.readouterr().out
+    assert "QC_ACTION=run\n" in out and "QC_SEGMENT=50-0\n" in out and "QC_RESUME_STEP=0\n" in out
+    write_step(run / "checkpoints", 2)
+    write_tracker(run / "checkpoints", 2)
+    assert main(["finish", *common, "--segment", "50-0", "--status", "stopped", "--trainer-exit", ""]) == 0
+    out = capsys.readouterr().out
+    assert "QC_ACTION=continue\n" in out and "QC_END_STEP=2\n" in out
+    # a job that is killed without cleanup is closed by the next one
+    assert main(["prepare", *common, "--job-id", "51", "--recipe", str(recipe)]) == 0
+    capsys.readouterr()
+    segs = load_segments(run)
+    segs[-1].status = "running"
+    save_segment(run, segs[-1])
+    assert main(["prepare", *common, "--job-id", "52", "--recipe", str(recipe)]) == 0
+    assert [(s.name, s.status, s.end_step) for s in load_segments(run)] == [
+        ("50-0", "stopped", 2),
+        ("51-0", "died", 2),
+        ("52-0", "running", None),
+    ]
+    assert main(["last-step", "--run-dir", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "2"
+
+
+def test_plan_cli_errors_name_the_recipe_setting(tmp_path, capsys):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("trainer: {save_freq: -1, max_steps: 4}\n")
+    assert main(["plan", "--recipe", str(recipe)]) == 2
+    assert "trainer.save_freq must be > 0" in capsys.readouterr().err
