@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections import Counter, OrderedDict, defaultdict
@@ -69,6 +70,20 @@ class BatchStats:
         self.judge.add(other.judge)
         self.seconds.update(other.seconds)
 
+    def counters(self) -> dict[str, float]:
+        """The stats as one flat dict of numbers (what the launch sums per job segment)."""
+        flat: dict[str, float] = {}
+
+        def walk(prefix: str, value) -> None:
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    walk(f"{prefix}_{k}" if prefix else str(k), v)
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                flat[prefix] = value
+
+        walk("", self.to_dict())
+        return flat
+
     def to_dict(self) -> dict:
         return {
             "responses": self.responses,
@@ -81,6 +96,29 @@ class BatchStats:
             "judge": self.judge.to_dict(),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
+
+
+METRICS_DIR_ENV = "QUOTECITE_METRICS_DIR"
+"""When set (the Slurm launch sets it per job segment), every batch appends its counters as one JSON line to
+``$QUOTECITE_METRICS_DIR/reward_counters.jsonl``, so format rejects, judge retries/failures and unscorable rates
+survive alongside EasyR1's own log."""
+
+
+def _append_counters(stats: BatchStats) -> None:
+    folder = os.environ.get(METRICS_DIR_ENV)
+    if not folder:
+        return
+    line = json.dumps({"time": round(time.time(), 3), **stats.counters()}) + "\n"
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        # One write on an O_APPEND descriptor: a line is never interleaved with another process's line.
+        fd = os.open(Path(folder) / "reward_counters.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError as e:  # metrics must never kill a training step
+        log.warning("could not append reward counters to %s: %s", folder, e)
 
 
 class _Precomputed:
@@ -286,6 +324,7 @@ class RewardScorer:
         stats.seconds["total"] += time.perf_counter() - t_all
         self.last = stats
         self.total.add(stats)
+        _append_counters(stats)
         log.info(
             "reward batch: %d responses, format %d, unscorable %d, judge %s, %.2fs",
             stats.responses,

@@ -322,3 +322,21 @@ def test_http_encoder_cache_gets_its_quotes_embedded_by_the_same_settings(sample
     assert len(quote_requests) == 2  # the batch's distinct quotes, embedded once
     system = quote_requests[0][1]["messages"][0]["content"]
     assert DEFAULT_QUERY_INSTRUCTION.rstrip(".") in json.dumps(system)
+
+
+def test_batch_counters_are_appended_to_the_launch_metrics_dir(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("QUOTECITE_METRICS_DIR", str(tmp_path / "seg"))
+    g = gt(cache)
+    batch = [inp("no json", g), inp({"answer": QA.answer, "quotes": [EN]}, g)]
+    compute_score(batch, cache_dir=str(cache.path.parent), judge="lexical")
+    compute_score(batch, cache_dir=str(cache.path.parent), judge="lexical")
+    lines = [json.loads(x) for x in (tmp_path / "seg" / "reward_counters.jsonl").read_text().splitlines()]
+    assert len(lines) == 2  # one line per batch, appended
+    for line in lines:
+        assert (line["responses"], line["format_ok"], line["reject_reasons_no_object"], line["unscorable"]) == (
+            2,
+            1,
+            1,
+            0,
+        )
+        assert all(isinstance(v, int | float) for v in line.values())  # flat numbers: the launch sums them
