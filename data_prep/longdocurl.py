@@ -28,7 +28,6 @@ import json
 import os
 import random
 import statistics
-import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -46,6 +45,7 @@ from data_prep.fingerprint import (
     fingerprint_text,
     jaccard_estimate,
 )
+from data_prep.io import atomic_path, atomic_write_json, atomic_write_text
 from data_prep.qwen_tokens import QWEN3_VL, PromptBudget, choose_page_budget, estimate_text_tokens, image_tokens
 from data_prep.types import InputError
 
@@ -266,36 +266,13 @@ class BuildResult:
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _atomic_write_json(path: Path, obj) -> None:
-    _atomic_write_bytes(path, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+    atomic_write_json(path, obj)
 
 
 def _save_jpeg(img, path: Path, quality: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         img.save(tmp, format="JPEG", quality=quality)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _write_parquet(path: Path, rows: list[dict]) -> None:
@@ -312,16 +289,8 @@ def _write_parquet(path: Path, rows: list[dict]) -> None:
         ]
     )
     table = pa.Table.from_pylist([{k: r[k] for k in schema.names} for r in rows], schema=schema)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _digest(obj) -> str:
@@ -678,7 +647,7 @@ class _Builder:
             elif (c.out / name).exists():
                 (c.out / name).unlink()  # a stale split from an earlier build must not be trained on
         skipped_lines = "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in res.skipped)
-        _atomic_write_bytes(c.out / "skipped.jsonl", skipped_lines.encode("utf-8"))
+        atomic_write_text(c.out / "skipped.jsonl", skipped_lines)
         if c.eval_pdfs is not None:
             _atomic_write_json(
                 c.out / "overlap_report.json",

@@ -16,8 +16,6 @@ content space with one transform.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +24,8 @@ from reportlab.lib.utils import simpleSplit
 from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.cidfonts import UnicodeCIDFont
 from reportlab.pdfgen import canvas as rl_canvas
+
+from data_prep.io import atomic_path
 
 SAMPLE_N_PAGES = 4
 """Number of pages of the sample PDF."""
@@ -295,10 +295,8 @@ def write_sample_pdf(path: str | Path) -> Path:
         pdfmetrics.registerFont(UnicodeCIDFont(CJK_FONT))
     style = _Style()
     pw, ph = A4
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        c = rl_canvas.Canvas(tmp, pagesize=A4, invariant=1)
+    with atomic_path(path) as tmp:
+        c = rl_canvas.Canvas(str(tmp), pagesize=A4, invariant=1)
         c.setTitle(TITLE)
         c.setAuthor("quotecite")
         c.setCreator("data_prep.sample")
@@ -354,8 +352,4 @@ def write_sample_pdf(path: str | Path) -> Path:
         p.paragraph(PAGE4_EN)
         c.showPage()
         c.save()
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path

@@ -19,8 +19,6 @@ API:
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from data_prep.document import Document
+from data_prep.io import atomic_path
 from data_prep.types import BLOCK_TYPES, Block, InputError
 
 TYPE_COLORS: dict[str, tuple[int, int, int]] = {
@@ -186,15 +185,8 @@ def render_document_blocks(doc: Document, blocks: Sequence[Block], config: ShowC
 
 def _save_png(img: Image.Image, out_png: Path) -> Path:
     out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out_png.parent, prefix=f".{out_png.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(out_png) as tmp:
         img.save(tmp, format="PNG")
-        os.replace(tmp, out_png)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return out_png
 
 

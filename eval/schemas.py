@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data_prep.io import atomic_write_bytes, atomic_write_json, atomic_write_jsonl, atomic_write_text  # noqa: F401
 from data_prep.types import InputError
 from eval.boxes import Box, normalize_box
 
@@ -295,34 +295,8 @@ def read_predictions(path: str | Path) -> list[Prediction]:
     return out
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
-
-
-def write_jsonl(path: str | Path, rows: Iterable[dict]) -> Path:
-    """Write rows as JSONL atomically."""
-    return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+write_json = atomic_write_json
+write_jsonl = atomic_write_jsonl
 
 
 def append_jsonl(path: str | Path, row: dict) -> None:

@@ -62,6 +62,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data_prep.io import atomic_write_json as _atomic_write_json
+from data_prep.io import atomic_write_text
+
 CHECKPOINT_TRACKER = "checkpoint_tracker.json"
 """EasyR1's tracker file name in ``trainer.save_checkpoint_path`` (``verl/utils/checkpoint``)."""
 STEP_DIR_RE = re.compile(r"global_step_(\d+)$")
@@ -78,19 +81,8 @@ class RunError(Exception):
 
 
 # --------------------------------------------------------------------------------------------- small helpers
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same folder and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    _atomic_write_json(path, obj, indent=2)
 
 
 def read_json(path: Path) -> Any:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from data_prep.io import atomic_write_text
 from data_prep.types import InputError
 
 BATCH = 160
@@ -115,15 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 d["citations"] = [c.to_json() for c in citations]
                 out_lines.append(json.dumps(d, ensure_ascii=False))
             bar.update(end - start)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=args.out.parent, prefix=f".{args.out.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("".join(line + "\n" for line in out_lines))
-        os.replace(tmp, args.out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(args.out, "".join(line + "\n" for line in out_lines))
     total = scorer.total
     n = max(total.responses, 1)
     mean = sum(json.loads(line)["overall"] for line in out_lines) / n

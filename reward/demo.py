@@ -9,11 +9,10 @@ follow the JSON contract (0, counted as a format failure).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from data_prep.cache import CachedDoc
+from data_prep.io import atomic_write_jsonl
 from reward.config import RewardConfig
 from reward.groundtruth import GroundTruth, pack_ground_truth
 from reward.pipeline import RewardScorer
@@ -84,9 +83,6 @@ def run_reward_demo(cached: CachedDoc, out_dir: Path) -> list[dict]:
         f"unscorable {stats.unscorable}, {stats.seconds['total']:.2f} s"
     )
     path = out_dir / "reward_demo.jsonl"
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".reward_demo.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in results))
-    os.replace(tmp, path)
+    atomic_write_jsonl(path, results)
     console.print(f"reward demo: {path}")
     return results
