@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from reportlab.pdfgen import canvas
 
+from benchmarks.report import print_table
 from data_prep.cache import build_cache, load_cache
 from data_prep.document import Document
 from data_prep.encoders import get_encoder, l2_normalize
@@ -25,16 +26,6 @@ from tests.conftest import fixture_path
 
 N_BLOCKS = 400
 LOAD_REPEATS = 30
-
-
-def _table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-    line = "  ".join(f"{{:>{w}}}" for w in widths)
-    print(f"\n{title}")
-    print(line.format(*header))
-    print(line.format(*["-" * w for w in widths]))
-    for row in rows:
-        print(line.format(*row))
 
 
 def _timed(fn, repeats: int = 1) -> tuple[float, object]:
@@ -62,7 +53,7 @@ def test_build_throughput_pdftext_minilm_on_the_18_page_fixture(tmp_path):
     def row(name: str, t: float) -> list[str]:
         return [name, f"{t:.2f}", f"{n_pages / t:.1f}", f"{n / t:.1f}", f"{t / t_blocks_only:.2f}x"]
 
-    _table(
+    print_table(
         f"cache build, {pdf.name}: {n_pages} pages, {n} blocks (minilm load {t_load:.1f} s, not counted)",
         ["stage", "seconds", "pages/s", "blocks/s", "vs blocks-only build"],
         [
@@ -139,7 +130,7 @@ def test_load_400_blocks_memory_mapped_vs_read_fully(tmp_path, dim):
     assert isinstance(e_mmap.embeddings, np.memmap) and not isinstance(e_full.embeddings, np.memmap)
     assert best_m == best_f
     size_kb = npy.stat().st_size / 1024
-    _table(
+    print_table(
         f"cache load, {N_BLOCKS} blocks x {dim} float16 ({size_kb:.0f} KiB), median of {LOAD_REPEATS}, warm page cache",
         ["operation", "read fully (ms)", "memory-mapped (ms)", "mmap / full"],
         [

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from reportlab.pdfgen import canvas
 
+from benchmarks.report import print_table
 from data_prep.cache import build_cache
 from data_prep.types import Block
 from eval.cmd_resolve import DocCache, Resolver
@@ -30,16 +31,6 @@ N_CONDITIONS = 13
 N_PAGES = 34
 N_BLOCKS = 400
 N_RESOLVE = 60
-
-
-def _table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-    line = "  ".join(f"{{:>{w}}}" for w in widths)
-    print(f"\n{title}")
-    print(line.format(*header))
-    print(line.format(*["-" * w for w in widths]))
-    for row in rows:
-        print(line.format(*row))
 
 
 def _box(rng: random.Random) -> list[float]:
@@ -118,7 +109,7 @@ def test_scoring_719_questions_by_13_conditions_from_files(tmp_path):
     t_loop = time.perf_counter() - t0
     n = N_QUESTIONS * N_CONDITIONS
     n_cit = sum(r.metrics["counts"]["citations"] for r in runs)
-    _table(
+    print_table(
         f"scoring {N_QUESTIONS} questions x {N_CONDITIONS} conditions ({n_cit} citations) from prediction files",
         ["step", "seconds", "questions/s", "vs loop baseline"],
         [
@@ -195,7 +186,7 @@ def test_resolve_per_question_on_a_400_block_document(tmp_path):
         t = (time.perf_counter() - t0) / N_RESOLVE
         assert len(out["citations"]) == 3
         rows.append([f"resolve, {name} resolver (+ top-5 candidates)", f"{1000 * t:.1f}", f"{t / t_embed:.2f}x"])
-    _table(
+    print_table(
         f"resolve step per question: 3 quotes, {N_BLOCKS}-block document ({N_RESOLVE} questions)",
         ["step", "ms/question", "vs embedding the quotes"],
         rows,

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from reportlab.pdfgen import canvas
 
+from benchmarks.report import print_table
 from data_prep.cache import build_cache
 from data_prep.encoders import get_encoder
 from data_prep.parsers import get_parser
@@ -56,16 +57,6 @@ def write_400_block_pdf(path: Path) -> list[str]:
         c.showPage()
     c.save()
     return sentences
-
-
-def _table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-    line = "  ".join(f"{{:>{w}}}" for w in widths)
-    print(f"\n{title}")
-    print(line.format(*header))
-    print(line.format(*["-" * w for w in widths]))
-    for row in rows:
-        print(line.format(*row))
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +103,7 @@ def test_per_response_cost_without_the_judge(doc400):
     non_judge = sum(sec[p] for p in phases)
     rows = [[p, f"{1000 * sec[p] / n:.2f}", f"{sec[p] / non_judge:.0%}"] for p in phases]
     rows.append(["all but judge", f"{1000 * non_judge / n:.2f}", "100%"])
-    _table(
+    print_table(
         f"reward cost per response, {len(cached.blocks)}-block document, batch of {n} "
         f"({QUOTES_PER_RESPONSE} quotes each, crops at 150 dpi)",
         ["phase", "ms/response", "share"],
@@ -157,7 +148,7 @@ def test_batch_of_160_against_a_0_2s_judge_concurrent_vs_serial(doc400):
         [label, f"{wall:.2f}", f"{serial / wall:.1f}x", f"{judge:.2f}", f"{serial_judge / judge:.1f}x"]
         for label, (wall, judge, _) in results.items()
     ]
-    _table(
+    print_table(
         f"{len(inputs)} responses ({QUESTIONS} x {GROUP}) against a judge answering in {JUDGE_DELAY_S} s",
         ["judge requests", "batch s", "batch speed-up", "judge phase s", "judge speed-up"],
         rows,
