@@ -23,8 +23,18 @@ pages 1-based):
 The funnel is printed (records -> unreadable PDF / pages out of range / box outside page / text mismatch /
 kept) and written next to the output as ``<out>.funnel.json``.
 
-The field names of the raw CiteVQA records are read from :class:`CiteVQAFields` (several spellings are tried);
-``index``, ``Question`` and ``PDF_Source`` are the names CiteVQA's own scripts use.
+The field names of the raw CiteVQA records are read from :class:`CiteVQAFields` (several spellings are tried).
+Checked against opendatalab/CiteVQA's own scripts (``infer/run.py``, ``eval/run.py``, ``eval/summarize.py``):
+``index``, ``Question``, ``PDF_Source`` (a list of paths, ``data/pdf/<track_id>.pdf``; the first is the document
+of a single-doc question) and ``dataset_type`` (``Single-Doc``, ``Multi (1-Gold)``, ``Multi (N-Gold)``) are real.
+Its scorer takes both the gold evidence and the gold answer from ``answer_bboxes``: the answer text with
+``<bbox page="N" x1=".." y1=".." x2=".." y2=".." />`` tags after each piece of evidence (the judge sees it with
+the tags replaced). No released script names a structured evidence list, so its field names stay configurable;
+when a record has none, the evidence is read from those tags, their four numbers in written order taken as the
+released ``[y1, x1, y2, x2]`` (:attr:`CiteVQAFields.tag_order`; the benchmark prompt's own example
+``x1="536" y1="65" x2="642" y2="656"`` is a wide, short box only when read y-first). Every tag counts as necessary
+(the tags do not mark optional evidence) and has no annotated text, so such a question is ``unverifiable``. Bbox
+tags are removed from the gold answer in every case.
 """
 
 from __future__ import annotations
@@ -64,7 +74,7 @@ class CiteVQAFields:
 
     index: tuple[str, ...] = ("index", "id", "question_id")
     question: tuple[str, ...] = ("Question", "question")
-    answer: tuple[str, ...] = ("Answer", "answer", "gold_answer", "standard_answer")
+    answer: tuple[str, ...] = ("Answer", "answer", "gold_answer", "standard_answer", "answer_bboxes")
     pdf: tuple[str, ...] = ("PDF_Source", "pdf_source", "pdf", "pdf_path", "pdf_name", "doc_name")
     dataset_type: tuple[str, ...] = ("dataset_type",)
     language: tuple[str, ...] = ("language", "lang")
@@ -75,6 +85,42 @@ class CiteVQAFields:
     ev_text: tuple[str, ...] = ("content", "text", "evidence_text")
     ev_necessary: tuple[str, ...] = ("is_crucial", "crucial", "necessary", "is_necessary", "is_key")
     ev_type: tuple[str, ...] = ("type", "category", "element_type")
+    answer_tags: tuple[str, ...] = ("answer_bboxes",)
+    """Text whose ``<bbox .../>`` tags hold the evidence when a record has no evidence list (CiteVQA's scorer)."""
+    tag_order: str = "yxyx"
+    """How the four numbers of such a tag are ordered: ``yxyx`` (the release, ``[y1, x1, y2, x2]``) or ``xyxy``."""
+
+
+_BBOX_TAG = re.compile(
+    r"<\s*bbox\s+(?:doc=\"(\d+)\"\s+)?page=\"(\d+)\"\s+x1=\"([\d.]+)\"\s+y1=\"([\d.]+)\"\s+"
+    r"x2=\"([\d.]+)\"\s+y2=\"([\d.]+)\"\s*/?>"
+)
+
+
+def strip_bbox_tags(text: str) -> str:
+    """The answer text without its ``<bbox .../>`` tags (whitespace around them collapsed).
+
+    >>> strip_bbox_tags('Rose by 5%: <bbox page="2" x1="1" y1="2" x2="3" y2="4" />\nso yes.')
+    'Rose by 5%:\nso yes.'
+    """
+    out = _BBOX_TAG.sub("", text)
+    out = re.sub(r"[ \t]+\n", "\n", out)
+    out = re.sub(r"\n\s*\n+", "\n", out)
+    return re.sub(r"[ \t]{2,}", " ", out).strip()
+
+
+def evidence_from_tags(text: str, fields: CiteVQAFields) -> list[dict]:
+    """Evidence elements ``{"page", "bbox": [y1, x1, y2, x2]}`` (0-1000, page 1-based) from an answer's tags.
+
+    >>> evidence_from_tags('<bbox page="8" x1="584" y1="65" x2="598" y2="371" />', CiteVQAFields())
+    [{'page': 8, 'bbox': [584.0, 65.0, 598.0, 371.0]}]
+    """
+    out = []
+    for m in _BBOX_TAG.finditer(text or ""):
+        a, b, c, d = (float(v) for v in m.groups()[2:])
+        raw = [a, b, c, d] if fields.tag_order == "yxyx" else [b, a, d, c]
+        out.append({"page": int(m.group(2)), "bbox": raw})
+    return out
 
 
 @dataclass(frozen=True)
@@ -254,10 +300,12 @@ def convert_raw(
                 continue
             index = _get(rec, fields.index, n)
             evidence = _get(rec, fields.evidence)
+            if evidence is None:
+                evidence = evidence_from_tags(str(_get(rec, fields.answer_tags, "") or ""), fields) or None
             if not isinstance(evidence, list) or not evidence:
                 raise InputError(
                     f"CiteVQA record {index!r}: no evidence list (looked for {', '.join(fields.evidence)}); "
-                    "set CiteVQAFields.evidence to its field name"
+                    "nor <bbox> tags in answer_bboxes; set CiteVQAFields.evidence to its field name"
                 )
             stem = pdf_name(rec, fields)
             doc = pdfs.get(stem) if stem else None
@@ -292,7 +340,7 @@ def convert_raw(
                     "index": index,
                     "doc_key": stem,
                     "question": question,
-                    "answer": str(_get(rec, fields.answer, "")),
+                    "answer": strip_bbox_tags(str(_get(rec, fields.answer, ""))),
                     "language": str(_get(rec, fields.language) or guess_language(question)),
                     "qtype": str(_get(rec, fields.qtype, "")),
                     "gt_necessary": [[p, *(round(v, 3) for v in b)] for p, b, _, _ in necessary],
@@ -370,7 +418,7 @@ def rehydrate(
                     "index": rec["index"],
                     "doc_key": str(rec["pdf_stem"]),
                     "question": question,
-                    "answer": str(_get(src, fields.answer, "")),
+                    "answer": strip_bbox_tags(str(_get(src, fields.answer, ""))),
                     "language": str(rec.get("language") or guess_language(question)),
                     "qtype": str(rec.get("qtype", "")),
                     "gt_necessary": nec_pt,

@@ -27,6 +27,9 @@ from data_prep.types import BBox, InputError
 DEFAULT_CROP_DPI = 150
 """Crops of blocks are rendered at this resolution (SPEC step 2)."""
 
+BOLD_SHARE = 0.9
+"""Share of a run's characters that must be bold for the run to count as bold (a run-in heading is not enough)."""
+
 _PDFIUM_LOCK = threading.RLock()  # pdfium is not thread-safe; every call into it goes through this lock.
 
 
@@ -38,7 +41,8 @@ class TextLine:
     bbox: BBox
     font_size: float
     bold: bool = False
-    """True when most of the run's characters use a bold font (weight >= 600)."""
+    """True when at least :data:`BOLD_SHARE` of the run's characters use a bold font (weight >= 600 or a bold
+    font name)."""
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -57,6 +61,25 @@ def _empty_page_tree(path: Path, limit: int = 64 << 20) -> bool:
     counts = [int(m) for m in re.findall(rb"/Type\s*/Pages\b[^>]*?/Count\s+(\d+)", path.read_bytes())]
     counts += [int(m) for m in re.findall(rb"/Count\s+(\d+)[^>]*?/Type\s*/Pages\b", path.read_bytes())]
     return bool(counts) and max(counts) == 0
+
+
+SOFT_HYPHEN_MARKS = ("\x02", "\ufffe")
+"""What pdfium reports for a hyphen it judges to be a line-end word break: U+0002 from its bounded-text call,
+U+FFFE from its text-range call."""
+
+_SOFT_BREAK = re.compile("[\x02\ufffe](?:\r\n|\r|\n)?")
+
+
+def clean_layer_text(text: str) -> str:
+    """Text as pdfium returns it -> plain text: a soft-hyphen mark (and the line break after it) is removed so the
+    hyphenated word is whole again ("experi\\x02\\r\\nment" -> "experiment"); ``\\r\\n`` and lone ``\\r`` become
+    ``\\n``. Nothing else changes (spacing and line breaks stay for callers that need them).
+
+    >>> clean_layer_text("The experi\x02\r\nment\r\nworked\rwell")
+    'The experiment\nworked\nwell'
+    """
+    text = _SOFT_BREAK.sub("", text)
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def normalize_text(text: str) -> str:
@@ -223,6 +246,9 @@ class Document:
         CJK font such as STSong-Light. A run ends at a line break of the text layer, when the next character
         is not on the same line, when the horizontal gap before it exceeds ``gap_em`` times the font size
         (table cells, columns), or when the font size changes by more than ``size_ratio``.
+        A run that ends in a soft-hyphen mark (a word hyphenated at the line end) ends with U+00AD (SOFT HYPHEN):
+        the word continues on the next line, so a joiner should drop it and add no space; a mark followed by more
+        characters of the same run becomes a plain ``-``.
         Runs are returned in the text layer's order."""
         self._check_page(page)
         with _PDFIUM_LOCK:
@@ -250,7 +276,8 @@ class Document:
     def _page_chars(tp) -> tuple[list[int], np.ndarray, list[float], list[bool]] | None:
         """Per character of a text page: code point, loose box (left, bottom, right, top in page space), font
         size in points as drawn (the ``Tf`` size times the text matrix scale), bold flag. Whitespace and line
-        breaks get size 0 and an empty box (they only separate words and runs)."""
+        breaks get size 0 and an empty box (they only separate words and runs); soft-hyphen marks keep the box of
+        the hyphen glyph."""
         n = pdfium_c.FPDFText_CountChars(tp.raw)
         if n <= 0:
             return None
@@ -272,7 +299,7 @@ class Document:
         for i in range(n):
             code = get_uni(raw, i)
             codes.append(code)
-            if code <= 32 or code in (0xA0, 0x3000, 0xFFFE, 0xFFFF):
+            if (code <= 32 and code != 2) or code in (0xA0, 0x3000, 0xFFFF):
                 sizes.append(0.0)
                 bold.append(False)
                 continue
@@ -330,13 +357,14 @@ class Document:
         return out
 
     def text_in_bbox(self, page: int, bbox: BBox) -> str:
-        """Text of the text layer whose characters fall inside a display bbox (points)."""
+        """Text of the text layer whose characters fall inside a display bbox (points), cleaned by
+        :func:`clean_layer_text` (hyphenated words rejoined, ``\\n`` line breaks)."""
         left, bottom, right, top = self.from_display(page, bbox)
         with _PDFIUM_LOCK:
             p = self._pdf[page - 1]
             tp = p.get_textpage()
             try:
-                return tp.get_text_bounded(left, bottom, right, top)
+                return clean_layer_text(tp.get_text_bounded(left, bottom, right, top))
             finally:
                 tp.close()
                 p.close()
@@ -410,6 +438,9 @@ class Document:
         return img
 
 
+SOFT_HYPHEN = "\u00ad"
+"""Ends a :class:`TextLine` whose last word continues on the next line (see :meth:`Document.text_lines`)."""
+
 _BOLD_NAME = re.compile(r"bold|black|heavy|semibold|demi|[-,]medi\b|bx\d", re.IGNORECASE)
 """Bold font names: "Times-Bold", "NimbusRomNo9L-Medi", TeX's "CMBX10" / "SFBX1000" (bold extended)."""
 
@@ -440,19 +471,26 @@ def _group_runs(
     run_sizes: list[float] = []
     run_bold = 0
     pending_space = False
+    pending_hyphen = False  # the run's last visible mark is a soft hyphen
     has_surrogate = False
 
     def flush() -> None:
-        nonlocal cur, box, run_sizes, run_bold, pending_space, has_surrogate
+        nonlocal cur, box, run_sizes, run_bold, pending_space, pending_hyphen, has_surrogate
         # pdfium reports characters outside the BMP as UTF-16 surrogate pairs: recombine them, drop strays.
         text = "".join(cur)
         if has_surrogate:
             text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
         text = text.strip()
+        if text and pending_hyphen:
+            text += SOFT_HYPHEN
         if text and box is not None:
             size = sorted(run_sizes)[len(run_sizes) // 2]
-            out.append(TextLine(text, (box[0], box[1], box[2], box[3]), size, run_bold * 2 > len(run_sizes)))
+            # Bold only when (nearly) the whole run is: a bold run-in heading ("Results. We ...") does not make the
+            # sentence it opens bold.
+            bold = run_bold >= BOLD_SHARE * len(run_sizes)
+            out.append(TextLine(text, (box[0], box[1], box[2], box[3]), size, bold))
         cur, box, run_sizes, run_bold, pending_space, has_surrogate = [], None, [], 0, False, False
+        pending_hyphen = False
 
     for code, b, size, is_bold in zip(codes, boxes, sizes, bold, strict=True):
         if code in (10, 13):
@@ -483,6 +521,15 @@ def _group_runs(
                 cur.append(" ")
             box = [min(box[0], x0), min(box[1], y0), max(box[2], x1), max(box[3], y1)]
         pending_space = False
+        if code in (2, 0xFFFE):  # soft-hyphen mark: kept only if the run goes on (see text_lines)
+            pending_hyphen = True
+            last_x0, last_x1 = x0, x1
+            run_sizes.append(size)
+            run_bold += is_bold
+            continue
+        if pending_hyphen:
+            cur.append("-")
+            pending_hyphen = False
         cur.append(chr(code) if 0 <= code < 0x110000 else "\ufffd")
         has_surrogate = has_surrogate or 0xD800 <= code <= 0xDFFF
         last_x0, last_x1 = x0, x1

@@ -8,7 +8,8 @@ every quote are stored as ``candidates`` for the residual decomposition of ``eva
 Budget-matched retrieval controls (``--query question`` / ``question+answer``): the question alone, or the
 question plus the answer the same model wrote (never the gold answer), is the query of
 :func:`reward.resolve.rank_blocks`, and the top ``k`` blocks are cited, where ``k`` is the number of citations
-that response's quotes produce (its number of parsed quotes; 0 when it does not parse).
+that response's quotes produce (its number of parsed quotes; 0 when it does not parse). ``--budget K`` cites a
+fixed K blocks per question instead, whatever the response (Appendix F's fixed-budget retrieval-only baselines).
 
 Coordinate interface: ``<bbox page="N" x1=".." y1=".." x2=".." y2=".."/>`` tags on CiteVQA's 0-1000 scale are
 converted to PDF points with the cached page sizes (:mod:`eval.coordinate`); ``--snap`` replaces each box by the
@@ -158,6 +159,9 @@ class Resolver:
     """Drop quote citations whose similarity is below this (resolver units); None keeps all."""
     max_quotes: int = 8
     """Quotes kept per response (the reward's parser)."""
+    budget: int | None = None
+    """Question controls only: cite this fixed number of blocks per question, whatever the response (paper
+    Appendix F's retrieval-only baselines); None = the response's own citation budget (Table 2)."""
     top_k: int = 5
     """Candidates stored per quote for the residual decomposition (paper Appendix H: top five)."""
     stats: Counter = field(default_factory=Counter)
@@ -170,6 +174,8 @@ class Resolver:
             raise InputError(f"unknown resolver {self.resolver!r}; expected one of {resolver_names()}")
         if self.query not in QUERIES:
             raise InputError(f"unknown query {self.query!r}; expected one of {QUERIES}")
+        if self.budget is not None and (self.query == "quotes" or self.budget < 1):
+            raise InputError("--budget K (K >= 1) is for --query question / question+answer")
 
     def encoder_for(self, cached: CachedDoc):
         if self.resolver != "embedding":
@@ -215,8 +221,8 @@ class Resolver:
                 k = min(self.top_k, len(ids))
                 order = np.argsort(-sim, axis=1, kind="stable")[:, :k] if len(ids) else np.zeros((len(sim), 0), int)
                 extra["candidates"] = [[int(ids[j]) for j in row] for row in order]
-        elif parsed.ok:
-            budget = len(parsed.quotes)
+        elif self.query != "quotes" and (parsed.ok or self.budget is not None):
+            budget = len(parsed.quotes) if self.budget is None else self.budget
             query = gold.question if self.query == "question" else f"{gold.question}\n{answer}"
             ranked = rank_blocks(query, cached, resolver=self.resolver, encoder=encoder)[:budget]
             for bid, score in ranked:
@@ -290,6 +296,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resolver", default="embedding", choices=["embedding", "lexical", "bm25"])
     parser.add_argument("--query", default="quotes", choices=QUERIES, help="what is resolved (default: quotes)")
     parser.add_argument("--snap", action="store_true", help="coordinate interface: snap boxes to blocks")
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="question controls: a fixed number of blocks per question (default: the response's)",
+    )
     parser.add_argument("--threshold", type=float, default=None, help="drop quote citations below this similarity")
     parser.add_argument("--max-quotes", type=int, default=8, help="quotes kept per response (default 8)")
     parser.add_argument("--top-k", type=int, default=5, help="candidates kept per quote for the residual analysis")
@@ -308,6 +320,7 @@ def run(args: argparse.Namespace) -> int:
         threshold=args.threshold,
         max_quotes=args.max_quotes,
         top_k=args.top_k,
+        budget=args.budget,
     )
     stats = resolve_file(args.gold, args.pred, args.out, resolver)
     parts = ", ".join(f"{k}: {v}" for k, v in sorted(stats.items()))

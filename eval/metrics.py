@@ -35,7 +35,9 @@ Boxes are ``[x0, y0, x1, y1]`` in PDF points, origin top-left of the displayed p
    is better); ``saa_strict`` = share with ``A and Rel >= 4``; ``ah_strict`` likewise without the recall
    disjunct. A question whose judge output does not parse is left out of ``ans``/``rel``/``saa``/``ah`` and
    counted in ``judge_failures`` (``{"failed": n, "judged": m}``; ``judged`` is the denominator of the judge
-   metrics). The judge is :mod:`reward.judge` (one request per question returning answer, relevance and
+   metrics). ``judged_subset`` repeats recall, precision, F1 and format rate over those ``m`` questions only:
+   the paper's Table 1 reports its box metrics on the judged subset, its judge-free tables (2, 4, 10-12) on all
+   questions. The judge is :mod:`reward.judge` (one request per question returning answer, relevance and
    coverage, with the prompt ``recipes/prompts/judge.txt`` unless ``--judge-prompt`` names another); the paper's
    evaluation judge is a different model with CiteVQA's two prompts, so absolute Ans/Rel are comparable only
    between runs scored by the same judge.
@@ -55,6 +57,11 @@ How this differs from CiteVQA's released scorer (``eval/run.py`` of opendatalab/
   the gold file above (built by ``python -m data_prep citevqa``).
 * Its IoU adds 1e-6 to the union, so an IoU of exactly 0.5 fails its ``>= 0.5``; ours matches (rule 2).
 * Its page recall is the share of distinct gold *pages* cited; ours is element-level (rule 3).
+* Its tag regex needs ``page x1 y1 x2 y2`` in that order, every value quoted and non-negative; our coordinate
+  parser (:mod:`eval.coordinate`) also reads unquoted, positional and reordered tags, so a coordinate run's
+  format rate can be higher than its scorer would report (a box it reads could count as no citation there).
+* Its precision is None without a predicted box and its recall 0 (as ours); its SAA is None when any judge
+  score is missing (ours: the question leaves the judge metrics and is counted).
 * Recall is scored against ``gt_necessary`` and precision against ``gt_all`` (the paper's protocol choice,
   Appendix H); citations are scored on the page the model names, without correcting page indices.
 """
@@ -324,6 +331,13 @@ def aggregate(results: Sequence[QuestionResult], cfg: ScoringConfig = ScoringCon
             out[name] = get_metric(name).aggregate(results)
         failed = sum(1 for r in results if r.judge is None or r.judge.failed)
         out["judge_failures"] = {"failed": failed, "judged": len(results) - failed}
+        # Paper Table 1 reports the box metrics on the judged subset too (Section 4, Appendix B).
+        ok = [r for r in results if r.judge is not None and not r.judge.failed]
+        out["judged_subset"] = {
+            "n": len(ok),
+            "recall": {k: recall_metric(k).aggregate(ok) or 0.0 for k in cfg.threshold_keys()},
+            **{name: get_metric(name).aggregate(ok) for name in ("precision", "f1", "format_rate")},
+        }
     out["counts"] = {
         "with_citation": sum(r.boxes.n_citations > 0 for r in results),
         "citations": sum(r.boxes.n_citations for r in results),

@@ -30,6 +30,8 @@ REPORT_MAX_PIXELS = 450_000
 """Pixels of a page image in the HTML report."""
 REPORT_JPEG_QUALITY = 80
 """JPEG quality of the report's page images."""
+CITATION_PAD_PX = 4
+"""Citations are drawn this many pixels outside their box, so the gold box of an exact hit shows inside."""
 
 
 def _pct(v) -> str:
@@ -47,10 +49,15 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- tables
+def _boxes(m: dict) -> dict:
+    """The box metrics of Table 1: on the judged subset when the run was judged (paper Section 4), else all."""
+    return m.get("judged_subset") or m
+
+
 MAIN_COLUMNS = (
-    ("Rec.5", lambda m: _pct(m["recall"].get("0.5"))),
-    ("Prec", lambda m: _pct(m.get("precision"))),
-    ("F1", lambda m: _pct(m.get("f1"))),
+    ("Rec.5", lambda m: _pct(_boxes(m)["recall"].get("0.5"))),
+    ("Prec", lambda m: _pct(_boxes(m).get("precision"))),
+    ("F1", lambda m: _pct(_boxes(m).get("f1"))),
     ("Rel", lambda m: _pct(m.get("rel"))),
     ("Ans", lambda m: _pct(m.get("ans"))),
     ("SAA", lambda m: _pct(m.get("saa"))),
@@ -58,12 +65,14 @@ MAIN_COLUMNS = (
     ("SAA-strict", lambda m: _pct(m.get("saa_strict"))),
     ("fmt", lambda m: _pct(m.get("format_rate"))),
     ("cit/resp", lambda m: _num(m.get("citations_per_response"))),
-    ("n", lambda m: str(m.get("n"))),
+    ("n", lambda m: str(_boxes(m).get("n"))),
 )
 
 
 def main_table(runs: Sequence[tuple[str, dict]]) -> str:
-    """Table 1 layout: one row per run (percentages; AH lower is better)."""
+    """Table 1 layout: one row per run (percentages; AH lower is better). For a judged run, Rec.5, Prec, F1 and n
+    are over the questions with a parsed judge output (``judged_subset``), as in the paper's Table 1; the
+    judge-free tables use all questions."""
     header = ["run", *(c for c, _ in MAIN_COLUMNS)]
     return _md_table(header, [[label, *(f(m) for _, f in MAIN_COLUMNS)] for label, m in runs])
 
@@ -242,16 +251,22 @@ border:1px solid #eee;padding:.4em;max-height:12em;overflow:auto;font-size:12px}
 
 
 def _draw_page(doc, page: int, row: dict, out_file: Path) -> None:
-    from PIL import ImageDraw
+    from PIL import ImageDraw, ImageFont
 
     img = doc.render_page(page, max_pixels=REPORT_MAX_PIXELS)
     w_pt, h_pt = doc.page_sizes[page - 1]
     sx, sy = img.width / w_pt, img.height / h_pt
     draw = ImageDraw.Draw(img)
 
-    def rect(b, color, width):
+    def rect(b, color, width, pad=0):
         x0, y0, x1, y1 = b
-        draw.rectangle([x0 * sx, y0 * sy, max(x0, x1) * sx, max(y0, y1) * sy], outline=color, width=width)
+        draw.rectangle([x0 * sx - pad, y0 * sy - pad, max(x0, x1) * sx + pad, max(y0, y1) * sy + pad],
+                       outline=color, width=width)  # fmt: skip
+
+    try:
+        font = ImageFont.load_default(size=max(12, img.height // 60))
+    except TypeError:  # Pillow < 10.1 has one fixed-size default font
+        font = ImageFont.load_default()
 
     nec = {tuple(e) for e in row["gt_necessary"]}
     for e in row["gt_all"]:
@@ -264,8 +279,13 @@ def _draw_page(doc, page: int, row: dict, out_file: Path) -> None:
         if c["page"] != page:
             continue
         color = (26, 86, 219) if c.get("hit") else (200, 30, 30)
-        rect(c["bbox"], color, 3)
-        draw.text((c["bbox"][0] * sx + 3, c["bbox"][1] * sy + 2), str(i), fill=color)
+        # Drawn just outside the box, so a gold box under an exact hit stays visible inside it.
+        rect(c["bbox"], color, 3, pad=CITATION_PAD_PX)
+        x, y = min(c["bbox"][0], c["bbox"][2]) * sx - CITATION_PAD_PX, min(c["bbox"][1], c["bbox"][3]) * sy
+        tx0, ty0, tx1, ty1 = draw.textbbox((0, 0), str(i), font=font)
+        x = max(0.0, x - (tx1 - tx0) - 6)
+        draw.rectangle([x, y, x + (tx1 - tx0) + 6, y + (ty1 - ty0) + 6], fill=color)
+        draw.text((x + 3 - tx0, y + 3 - ty0), str(i), fill=(255, 255, 255), font=font)
     img.save(out_file, format="JPEG", quality=REPORT_JPEG_QUALITY)
 
 
@@ -380,6 +400,145 @@ def _question_html(i: int, r: dict, docs, files: Path, open_docs: dict) -> str:
     return "".join(parts) + "</div>"
 
 
+# ---------------------------------------------------------------------------------------------- several runs
+CONDITION_ORDER = ("raw", "snap", "q", "q+a", "lex", "bm25", "quotes")
+"""Column order of the condition grid (paper Table 2: coordinate raw / +snap, retrieval controls, resolvers)."""
+
+
+def split_label(label: str) -> tuple[str, str] | None:
+    """``"BACKBONE/CONDITION"`` -> ``(backbone, condition)``; None for a label without a slash."""
+    if "/" not in label:
+        return None
+    backbone, _, condition = label.rpartition("/")
+    return (backbone, condition) if backbone and condition else None
+
+
+def condition_grid(runs: Sequence[tuple[str, dict]], key: str = "0.5") -> str | None:
+    """Paper Tables 2 and 12: recall at ``key`` with one row per backbone and one column per condition, for runs
+    labelled ``BACKBONE/CONDITION`` (conditions in :data:`CONDITION_ORDER` first, others after). None when fewer
+    than one labelled run."""
+    cells: dict[str, dict[str, str]] = {}
+    conds: list[str] = []
+    for label, m in runs:
+        bc = split_label(label)
+        if bc is None:
+            continue
+        b, c = bc
+        cells.setdefault(b, {})[c] = _pct(m["recall"].get(key))
+        if c not in conds:
+            conds.append(c)
+    if not cells:
+        return None
+    conds.sort(key=lambda c: (CONDITION_ORDER.index(c) if c in CONDITION_ORDER else len(CONDITION_ORDER), c))
+    rows = [[b, *(row.get(c, "-") for c in conds)] for b, row in cells.items()]
+    return _md_table(["backbone", *conds], rows)
+
+
+def _recalls(path: Path, key: str) -> dict[str, float] | None:
+    f = path / "per_question.jsonl"
+    if not f.is_file():
+        return None
+    return {str(d["index"]): float(d["recall"][key]) for _, d in iter_jsonl(f) if key in d.get("recall", {})}
+
+
+def oracle_union_table(run_dirs: dict[str, Path], key: str = "0.5") -> str | None:
+    """Paper Table 11: per backbone, recall of quotes and q+a, and the oracle unions quotes|q+a and q|q+a (each
+    question scored by the better of its two readings, mean over the questions of both runs). Needs runs labelled
+    ``BACKBONE/quotes``, ``BACKBONE/q+a`` (and ``BACKBONE/q`` for the diversity control) with per_question.jsonl."""
+    by: dict[str, dict[str, Path]] = {}
+    for label, d in run_dirs.items():
+        bc = split_label(label)
+        if bc is not None:
+            by.setdefault(bc[0], {})[bc[1]] = d
+    rows = []
+    for b, conds in by.items():
+        if "quotes" not in conds or "q+a" not in conds:
+            continue
+        rq, ra = _recalls(conds["quotes"], key), _recalls(conds["q+a"], key)
+        if rq is None or ra is None:
+            continue
+        keys = sorted(set(rq) & set(ra))
+        if not keys:
+            continue
+
+        def mean(vals: list[float]) -> float:
+            return sum(vals) / len(vals)
+
+        union_qqa = "-"
+        rqo = _recalls(conds["q"], key) if "q" in conds else None
+        if rqo is not None and set(keys) <= set(rqo):
+            union_qqa = _pct(mean([max(rqo[k], ra[k]) for k in keys]))
+        rows.append([b, _pct(mean([rq[k] for k in keys])), _pct(mean([ra[k] for k in keys])),
+                     _pct(mean([max(rq[k], ra[k]) for k in keys])), union_qqa, str(len(keys))])  # fmt: skip
+    if not rows:
+        return None
+    return _md_table(["backbone", "quotes", "q+a", "quotes|q+a", "q|q+a", "n"], rows)
+
+
+def runs_markdown(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, Path] | None = None) -> str:
+    """``tables.md`` of ``eval report --runs``: every table of the paper that several scored runs make, one row
+    per run (labels ``BACKBONE/CONDITION`` also give the condition grid and the oracle union)."""
+    runs = [(label, m) for label, m, _ in loaded]
+    parts = ["# Runs side by side", "", "Percentages; AH lower is better.", ""]
+    parts += ["## Main metrics (paper Table 1; box metrics on the judged subset of judged runs)", "",
+              main_table(runs), ""]  # fmt: skip
+    parts += ["## Recall by overlap threshold (paper Tables 4, 9, 10; Figure 3)", "", threshold_table(runs), ""]
+    grid = condition_grid(runs)
+    if grid:
+        parts += ["## Recall at IoU 0.5 by condition (paper Tables 2 and 12)", "", grid, ""]
+    union = oracle_union_table(run_dirs or {})
+    if union:
+        parts += ["## Oracle union of two readings, recall at IoU 0.5 (paper Table 11)", "", union, ""]
+    lang_rows = []
+    for label, _, a in loaded:
+        for g, row in (a.get("by_language") or {}).items():
+            lang_rows.append([label, g, str(row["n"]), _pct(row.get("recall@0.5")), _pct(row.get("saa")),
+                              _pct(row.get("ah"))])  # fmt: skip
+    if lang_rows:
+        parts += ["## Per language (paper Table 6)", "",
+                  _md_table(["run", "language", "n", "Rec.5", "SAA", "AH"], lang_rows), ""]  # fmt: skip
+    qt_rows = []
+    for label, _, a in loaded:
+        for g, row in (a.get("by_qtype") or {}).items():
+            qt_rows.append([label, g, str(row["n"]), _pct(row.get("recall@0.5")), _pct(row.get("saa")),
+                            _pct(row.get("ah"))])  # fmt: skip
+    if qt_rows:
+        parts += ["## Per question type", "", _md_table(["run", "type", "n", "Rec.5", "SAA", "AH"], qt_rows), ""]
+    types = sorted({t for _, _, a in loaded for t in (a.get("by_element_type") or {})})
+    if types:
+        rows = [[label, *(_pct((a.get("by_element_type") or {}).get(t, {}).get("recall")) for t in types)]
+                for label, _, a in loaded if a.get("by_element_type")]  # fmt: skip
+        parts += ["## Element-level recall at IoU 0.5 by evidence type (paper Table 7)", "",
+                  _md_table(["run", *types], rows), ""]  # fmt: skip
+    res_rows = []
+    for label, _, a in loaded:
+        r = (a.get("residuals") or {}).get("iou")
+        if r:
+            res_rows.append([label, str(r["n_elements"]), *(_pct(r[k]) for k in ("recovered", "rank_limited",
+                             "not_retrieved", "parser_unreachable")), _pct(r["not_retrieved_incl_unreachable"])])  # fmt: skip
+    if res_rows:
+        parts += ["## Residual decomposition, IoU 0.5 (paper Appendix H, Figure 7)", "",
+                  _md_table(["run", "elements", "recovered", "rank-limited", "not retrieved", "parser-unreachable",
+                             "not retrieved incl. unreachable"], res_rows), ""]  # fmt: skip
+    sel = [(label, a["selective_prediction"]) for label, _, a in loaded if a.get("selective_prediction")]
+    if sel:
+        nb = max(len(sp["bins"]) for _, sp in sel)
+        parts += ["## Hit rate by similarity quintile, lowest first (paper Appendix I, Figure 8b)", "",
+                  _md_table(["run", *(f"Q{i + 1}" for i in range(nb))],
+                            [[label, *(_pct(b["hit_rate"]) for b in sp["bins"])] for label, sp in sel]), ""]  # fmt: skip
+        keeps = [r["keep"] for r in sel[0][1]["retention"]]
+        parts += ["## Precision against necessary evidence as low-similarity citations are dropped (Figure 8a)", "",
+                  _md_table(["run", *(f"keep {_pct(k)}" for k in keeps)],
+                            [[label, *(_pct(r["precision"]) for r in sp["retention"])] for label, sp in sel]), ""]  # fmt: skip
+    fid = [(label, a["quote_fidelity"]) for label, _, a in loaded if a.get("quote_fidelity")]
+    if fid:
+        parts += ["## Quote fidelity (paper Table 12)", "",
+                  _md_table(["run", "quotes", "exact", "fuzzy"],
+                            [[label, str(q["n_quotes"]), _pct(q["exact"]), _pct(q["fuzzy"])] for label, q in fid]),
+                  ""]  # fmt: skip
+    return "\n".join(parts)
+
+
 # ---------------------------------------------------------------------------------------------- command
 def _load_run(d: Path) -> tuple[dict, dict]:
     mf = d / "metrics.json"
@@ -419,9 +578,9 @@ def run(args: argparse.Namespace) -> int:
     labels = args.labels or [d.name for d in args.runs]
     if len(labels) != len(args.runs):
         raise InputError(f"{len(labels)} labels for {len(args.runs)} runs")
-    runs = [(label, _load_run(d)[0]) for label, d in zip(labels, args.runs, strict=True)]
-    text = "\n".join(["# Runs side by side", "", "## Main metrics", "", main_table(runs), "",
-                      "## Recall by overlap threshold", "", threshold_table(runs), ""])  # fmt: skip
+    loaded = [(label, *_load_run(d)) for label, d in zip(labels, args.runs, strict=True)]
+    runs = [(label, m) for label, m, _ in loaded]
+    text = runs_markdown(loaded, {label: d for label, d in zip(labels, args.runs, strict=True)})
     args.out.mkdir(parents=True, exist_ok=True)
     t = atomic_write_text(args.out / "tables.md", text)
     png = plot_recall_vs_iou(runs, args.out / "recall_vs_iou.png")

@@ -2,8 +2,9 @@
 
 Each input line is an EasyR1 reward input ``{"response", "response_length", "ground_truth"}``; each output line
 is the plugin's dict plus ``citations`` (``[{page, bbox, block_id, similarity, quote}]``, bbox in PDF points,
-origin top-left of the displayed page, pages 1-based). Consecutive lines of one ``qid`` are scored in the same
-batch, so an unscorable response gets its own group's mean as in training.
+origin top-left of the displayed page, pages 1-based). All lines of one ``qid`` are scored in the same batch, so
+an unscorable response gets its own group's mean as in training, even when the log holds them apart (EasyR1
+reorders a batch to balance sequence lengths before it computes rewards); output lines keep the input order.
 """
 
 from __future__ import annotations
@@ -70,6 +71,19 @@ def batches(rows: list[dict], qids: list[str], size: int = BATCH) -> list[tuple[
     return out
 
 
+def group_order(qids: list[str]) -> list[int]:
+    """Row indices with each qid's rows brought together (qids in order of first appearance, rows in input order
+    within a qid), so :func:`batches` never splits a group.
+
+    >>> group_order(["a", "b", "a", "c", "b"])
+    [0, 2, 1, 4, 3]
+    """
+    first: dict[str, int] = {}
+    for i, q in enumerate(qids):
+        first.setdefault(q, i)
+    return sorted(range(len(qids)), key=lambda i: (first[qids[i]], i))
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from tqdm import tqdm
@@ -106,13 +120,15 @@ def run(args: argparse.Namespace) -> int:
         except InputError as e:
             raise InputError(f"{args.inputs}: input {n}: {e}") from None
     scorer = RewardScorer(config)
-    out_lines = []
+    order = group_order(qids)
+    grouped_rows, grouped_qids = [rows[i] for i in order], [qids[i] for i in order]
+    out_lines: list[str] = [""] * len(rows)
     with tqdm(total=len(rows), desc="scoring", unit="response", disable=None) as bar:
-        for start, end in batches(rows, qids):
-            for breakdown, citations in scorer.score(rows[start:end]):
+        for start, end in batches(grouped_rows, grouped_qids):
+            for k, (breakdown, citations) in enumerate(scorer.score(grouped_rows[start:end]), start):
                 d = breakdown.to_dict()
                 d["citations"] = [c.to_json() for c in citations]
-                out_lines.append(json.dumps(d, ensure_ascii=False))
+                out_lines[order[k]] = json.dumps(d, ensure_ascii=False)
             bar.update(end - start)
     atomic_write_text(args.out, "".join(line + "\n" for line in out_lines))
     total = scorer.total

@@ -12,6 +12,7 @@ True
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 from data_prep.types import InputError
@@ -74,8 +75,10 @@ def unpack_ground_truth(s: str | dict) -> GroundTruth:
         raise InputError(f"ground_truth is missing field(s) {', '.join(missing)}: {str(s)[:80]!r}")
     for f in ("qid", "doc_key", "question", "answer"):
         v = d[f]
-        if isinstance(v, int) and not isinstance(v, bool) and f in ("qid", "answer"):
-            d = {**d, f: str(v)}  # numeric ids and numeric gold answers are common in QA sets
+        if f == "qid" and isinstance(v, int) and not isinstance(v, bool):
+            d = {**d, f: str(v)}  # numeric ids are common in QA sets
+        elif f == "answer" and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            d = {**d, f: str(v)}  # so are numeric gold answers (LongDocURL has floats: 3.5, 0.25)
         elif not isinstance(v, str) or not v.strip():
             raise InputError(f"ground_truth field {f!r} must be a non-empty string, got {v!r}")
     pages = d["pages"]

@@ -47,9 +47,15 @@ DEFAULT_PROMPT = Path(__file__).resolve().parents[1] / "recipes" / "prompts" / "
 """The judge prompt: a ``=== system ===`` section and a ``=== user ===`` template with ``{{name}}`` fields."""
 
 FAILURE_KINDS: tuple[str, ...] = (
-    "timeout", "connection", "http_5xx", "http_4xx", "bad_response", "unparseable", "error",
+    "timeout", "connection", "http_5xx", "overloaded", "http_4xx", "bad_response", "unparseable", "error",
 )  # fmt: skip
-"""Why a judge request gave no score (counted in :class:`JudgeStats`)."""
+"""Why a judge request gave no score (counted in :class:`JudgeStats`). ``overloaded`` is HTTP 408/429 (retried);
+``http_4xx`` any other 4xx (not retried: the request itself is wrong)."""
+
+CONFIG_FAILURES: frozenset[str] = frozenset({"http_4xx", "bad_response", "error"})
+"""Failure kinds that say the judge is set up wrong (wrong model name or path, a body the server rejects, a server
+that is not an OpenAI chat API) rather than down or slow. A pipeline whose judge has never produced a score raises
+when every distinct request of a batch failed with one of these (:meth:`reward.pipeline.RewardScorer.score`)."""
 
 
 @dataclass(frozen=True)
@@ -296,6 +302,8 @@ class HttpJudge:
         """Counts of the last :meth:`score_batch` call."""
         self.total = JudgeStats()
         """Counts accumulated over every call."""
+        self.failure_examples: dict[str, str] = {}
+        """One example message per final failure kind of the last :meth:`score_batch` call (for error reports)."""
 
     def body(self, request: JudgeRequest) -> dict:
         """The JSON body of the chat completion request for ``request``."""
@@ -324,7 +332,7 @@ class HttpJudge:
         if status >= 500:
             raise _Failure("http_5xx", True, f"HTTP {status}")
         if status in (408, 429):
-            raise _Failure("http_4xx", True, f"HTTP {status}")
+            raise _Failure("overloaded", True, f"HTTP {status}")
         if status >= 400:
             raise _Failure("http_4xx", False, f"HTTP {status}: {resp.text[:200]}")
         try:
@@ -355,10 +363,12 @@ class HttpJudge:
                         stats.retry_reasons[f.kind] += 1
                         continue
                     stats.failures[f.kind] += 1
+                    self.failure_examples.setdefault(f.kind, str(f)[:300])
                     return None
                 except Exception as e:  # anything unforeseen fails this request, never the batch
                     log.warning("judge request failed: %s: %s", type(e).__name__, e)
                     stats.failures["error"] += 1
+                    self.failure_examples.setdefault("error", f"{type(e).__name__}: {e}"[:300])
                     return None
             stats.ok += 1
             return scores
@@ -381,6 +391,7 @@ class HttpJudge:
             slot.append(unique[k])
         stats.sent = len(firsts)
         stats.deduplicated = len(requests) - len(firsts)
+        self.failure_examples = {}
         results: list[JudgeScores | None] = []
         if firsts:
             sem = asyncio.Semaphore(self.concurrency)

@@ -11,8 +11,9 @@ Per batch (one GRPO step's rollout_batch x n responses):
 6. turn scores into rewards (:mod:`reward.scoring`).
 
 Failure policy. Misconfiguration (missing cache dir, unknown setting, unknown judge/resolver/form, a ground truth
-that does not unpack, a document missing from the cache) raises :class:`~data_prep.types.InputError` on the first
-call. A bad response or an outage never raises: an unparseable response earns 0 (``format_ok = 0``, no judge
+that does not unpack, a document missing from the cache, a judge that rejects every request of its first scored
+batch as malformed: HTTP 4xx other than 408/429, a non-chat reply) raises :class:`~data_prep.types.InputError` on
+the first call that meets it. A bad response or an outage never raises: an unparseable response earns 0 (``format_ok = 0``, no judge
 call); a response whose quote embedding, resolution or judge call failed is *unscorable* and gets the mean reward
 (and mean judge scores) of the responses of its ``qid`` in the batch whose reward is known, i.e. judged ones and
 unparseable ones (whose 0 is their real reward). Its reward then equals the group mean: zero advantage, and the
@@ -36,7 +37,7 @@ from data_prep.cache import CachedDoc, load_cache
 from data_prep.types import InputError
 from reward.config import RewardConfig
 from reward.groundtruth import GroundTruth, unpack_ground_truth
-from reward.judge import JudgeRequest, JudgeScores, JudgeStats, crop_pngs, get_judge
+from reward.judge import CONFIG_FAILURES, JudgeRequest, JudgeScores, JudgeStats, crop_pngs, get_judge
 from reward.resolve import Citation, make_quote_encoder, quote_encoder, resolve_quotes
 from reward.response import ParsedResponse, parse_response
 from reward.scoring import RewardBreakdown, get_reward_form
@@ -182,6 +183,7 @@ class RewardScorer:
         self._docs: OrderedDict[str, CachedDoc] = OrderedDict()
         self._encoders: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
+        self._judge_answered = False  # set once the judge has produced one score: later failures are outages
         self.last = BatchStats()
         """Stats of the last batch."""
         self.total = BatchStats()
@@ -305,10 +307,15 @@ class RewardScorer:
         ]
         try:
             scores = self.judge.score_batch(requests) if requests else []
+            stats.judge = getattr(self.judge, "stats", JudgeStats())
+            if requests:
+                self._check_judge_setup(stats.judge)
+        except InputError:
+            raise
         except Exception as e:  # an outage never raises out of the reward
             log.warning("judge batch failed: %s", e)
             scores = [None] * len(requests)
-        stats.judge = getattr(self.judge, "stats", JudgeStats())
+            stats.judge = JudgeStats(requests=len(requests), failures=Counter({"error": len(requests)}))
         for it, s in zip(judged, scores, strict=True):
             shown = bool(it.crops) if self.needs_crops else bool(it.shown)
             if s is None:
@@ -334,6 +341,25 @@ class RewardScorer:
             stats.seconds["total"],
         )
         return out
+
+    def _check_judge_setup(self, js: JudgeStats) -> None:
+        """Raise :class:`InputError` when a judge that has never produced a score rejects every distinct request
+        of a batch as malformed (:data:`reward.judge.CONFIG_FAILURES`): a wrong model name or path, or a body the
+        server refuses, would otherwise make every response unscorable for the whole run without an error.
+        Timeouts, 5xx and refused connections are outages and never raise."""
+        if js.ok:
+            self._judge_answered = True
+            return
+        failed = sum(js.failures.values())
+        if self._judge_answered or not js.sent or failed < js.sent or not set(js.failures) <= CONFIG_FAILURES:
+            return
+        examples = getattr(self.judge, "failure_examples", {}) or {}
+        detail = "; ".join(f"{k}: {examples.get(k, '?')}" for k in sorted(js.failures))
+        where = f"{getattr(self.judge, 'url', '?')} (model {getattr(self.judge, 'model', '?')!r})"
+        raise InputError(
+            f"the judge at {where} rejected all {js.sent} requests of its first scored batch ({detail}); "
+            "check judge_url, judge_model and judge_extra_body against the server"
+        )
 
     def _embed_quotes(self, live: list[_Item], stats: BatchStats) -> dict[str, _Precomputed]:
         """One encoder call per encoder for every distinct quote of the batch; doc key -> facade."""

@@ -148,6 +148,35 @@ def test_mineru_output_of_another_pdf_is_rejected(sample_pdf, tmp_path):
     assert_nothing_half_written(cache)
 
 
+def test_mineru_output_of_another_pdf_is_rejected_by_page_size(tmp_path):
+    """Same page count as the output (13), other page size: the sizes are compared, not only the count."""
+    other = fixture_path("opendatalab_MinerU", "demo1_v0.10.0_b1adde8e", "demo1_middle.json")  # 13 pages, 544 x 743
+    pdf = tmp_path / "thirteen.pdf"
+    c = canvas.Canvas(str(pdf), pagesize=(300, 200), invariant=1)
+    for i in range(13):
+        c.drawString(20, 100, f"Page {i + 1} of a small document.")
+        c.showPage()
+    c.save()
+    cache = tmp_path / "cache"
+    res = run_blocks(pdf, "--parser", "mineru", "--parser-output", other, "--cache-dir", cache)
+    assert_one_line_error(res, other, "544x743", "300x200", str(pdf))
+    assert_nothing_half_written(cache)
+
+
+@pytest.mark.parametrize("parser", ["mineru", "docling"])
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", ""],  # a broken file, an empty file
+    ids=["broken", "empty"],
+)
+def test_parser_output_that_is_not_json_gives_one_line(sample_pdf, tmp_path, parser, content):
+    out = _write(tmp_path / "out.json", content)
+    cache = tmp_path / "cache"
+    res = run_blocks(sample_pdf, "--parser", parser, "--parser-output", out, "--cache-dir", cache)
+    assert_one_line_error(res, out, "JSON")
+    assert_nothing_half_written(cache)
+
+
 @pytest.mark.parametrize(
     "make_dir",
     [

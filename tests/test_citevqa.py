@@ -171,3 +171,24 @@ def test_citevqa_command_writes_gold_and_funnel(world, tmp_path, capsys):
     assert "unreadable PDF: 2" in printed and "wrote 2 gold records" in printed
     assert [g.index for g in read_gold(out)] == [1, 7]
     assert json.loads((tmp_path / "gold.jsonl.funnel.json").read_text())["text mismatch"] == 2
+
+
+def test_evidence_from_answer_bboxes_tags_is_read_y_first_and_stripped_from_the_answer(world):
+    # CiteVQA's scorer reads gold boxes from <bbox> tags in `answer_bboxes`; the released numbers are y-first.
+    from data_prep.citevqa import CiteVQAFields
+
+    pdf_dir, blocks, sizes = world
+    b = blocks[0]
+    y1, x1, y2, x2 = raw_box(b, sizes)
+    tag = f'<bbox page="{b.page}" x1="{y1}" y1="{x1}" x2="{y2}" y2="{x2}" />'
+    rec = {"index": 9, "Question": "q", "PDF_Source": ["data/pdf/multi_page.pdf"], "dataset_type": "Single-Doc",
+           "answer_bboxes": f"Typewriters came first. {tag}\nSo the answer is typewriters."}  # fmt: skip
+    rows, funnel = convert_raw([rec], pdf_dir)
+    (r,) = rows
+    assert r["answer"] == "Typewriters came first.\nSo the answer is typewriters."
+    assert r["alignment"] == "unverifiable"  # tags carry no annotated text to check
+    assert r["gt_necessary"][0][0] == b.page
+    assert r["gt_necessary"][0][1:] == pytest.approx(list(b.bbox), abs=1.0)
+    # Read x-first, the same tag is another box entirely.
+    rows_xy, _ = convert_raw([rec], pdf_dir, CiteVQAFields(tag_order="xyxy"))
+    assert rows_xy[0]["gt_necessary"][0][1:] != pytest.approx(list(b.bbox), abs=1.0)

@@ -16,6 +16,7 @@ from data_prep.parsers.pdftext import PdfTextParser
 from data_prep.text import token_f1, tokenize
 from data_prep.types import InputError
 from tests.conftest import fixture_path
+from tests.test_rotation import BLACK_TEXT, RED_TEXT, _rotated_pdf
 
 DOCLING_DOCS = [
     "2305.03393v1-pg9",
@@ -39,6 +40,37 @@ def convert(name: str):
 
 
 # ------------------------------------------------------------------------------------------ always-on (generated)
+def _rotated_docling_json(doc: Document, display_space: bool) -> dict:
+    """A DoclingDocument for page 2 (``/Rotate``) of the rotation test PDF: one text item per line of the page, boxed
+    in the displayed page's space, or in the unrotated frame (what Docling's pypdfium2 backend did, docling#4007)."""
+    texts = []
+    for i, line in enumerate(doc.text_lines(2)):
+        x0, y0, x1, y1 = line.bbox
+        if display_space:
+            h = doc.page_sizes[1][1]
+            box = {"l": x0, "t": h - y0, "r": x1, "b": h - y1, "coord_origin": "BOTTOMLEFT"}
+        else:
+            left, bottom, right, top = doc.from_display(2, line.bbox)
+            box = {"l": left, "t": top, "r": right, "b": bottom, "coord_origin": "BOTTOMLEFT"}
+        prov = [{"page_no": 2, "bbox": box, "charspan": [0, len(line.text)]}]
+        texts.append({"self_ref": f"#/texts/{i}", "parent": {"$ref": "#/body"}, "label": "text", "text": line.text,
+                      "prov": prov})  # fmt: skip
+    pages = {str(n): {"page_no": n, "size": {"width": w, "height": h}} for n, (w, h) in enumerate(doc.page_sizes, 1)}
+    body = {"children": [{"$ref": f"#/texts/{i}"} for i in range(len(texts))]}
+    return {"pages": pages, "body": body, "texts": texts, "tables": [], "pictures": [], "groups": []}
+
+
+@pytest.mark.parametrize("rotation", [90, 180, 270])
+def test_rotated_page_boxes_in_display_space_convert_and_unrotated_ones_are_rejected(tmp_path, rotation):
+    _rotated_pdf(tmp_path / "rot.pdf", rotation)
+    with Document.open(tmp_path / "rot.pdf") as doc:
+        good = convert_docling_dict(_rotated_docling_json(doc, True), doc, "good.json")
+        assert [b.text for b in good] == [RED_TEXT, BLACK_TEXT]
+        assert all(doc.text_in_bbox(2, b.bbox) == b.text for b in good)
+        with pytest.raises(InputError, match=rf"bad.json: page 2 has /Rotate {rotation} and only 0 of 2 text boxes"):
+            convert_docling_dict(_rotated_docling_json(doc, False), doc, "bad.json")
+
+
 def _two_page_pdf(path, size=(600.0, 800.0)) -> None:
     c = rl_canvas.Canvas(str(path), pagesize=size, invariant=1)
     for p in (1, 2):
@@ -247,7 +279,7 @@ def test_pdftext_covers_doclings_text_items():
 
     Measured when this test was written (pdftext v1): 2305.03393v1-pg9 9/9, amt_handbook_sample 15/16,
     multi_page 53/53, normal_4pages 82/84, picture_classification 9/9, redp5110_sampled 156/158; pooled 324/329 =
-    0.985. The five misses: a paragraph that pdftext folds into a figure whose drawing it overlaps, a Korean list
+    0.985 (pdftext v2, hyphenated words rejoined: 326/329 = 0.991). The five misses in v1: a paragraph that pdftext folds into a figure whose drawing it overlaps, a Korean list
     item and a footer that pdftext splits into two runs, and two list items whose bullets are drawn as graphics
     (pdftext cuts the list differently). Floors: 0.85 per document (a second miss on a 9-16 item document still
     passes) and 0.95 pooled, a few points under the measurement, so that a real regression (columns merged,

@@ -219,3 +219,22 @@ def test_every_metric_declares_aggregation_and_direction():
     )
     with pytest.raises(KeyError, match="did you mean 'precision'"):
         get_metric("precison")
+
+
+def test_judged_subset_repeats_the_box_metrics_over_questions_with_a_parsed_judge_output():
+    from eval.metrics import JudgeOutcome, QuestionResult, aggregate, score_boxes
+    from eval.schemas import Cited, Element, Gold
+
+    def gold(i):
+        box = (0.0, 0.0, 10.0, 10.0)
+        return Gold(i, "d", "q", "a", "en", "t", (Element(1, box),), (Element(1, box),))
+
+    hit = (Cited(1, (0.0, 0.0, 10.0, 10.0)),)
+    miss = (Cited(1, (50.0, 50.0, 60.0, 60.0)),)
+    rows = [(hit, JudgeOutcome(5, 5)), (miss, JudgeOutcome(3, 1)), (hit, JudgeOutcome(None, None))]
+    results = [QuestionResult(gold(i), None, score_boxes(gold(i), c), j) for i, (c, j) in enumerate(rows)]
+    m = aggregate(results, judged=True)
+    assert m["recall"]["0.5"] == pytest.approx(2 / 3)  # all questions
+    js = m["judged_subset"]
+    assert js["n"] == 2  # the third judge output did not parse
+    assert js["recall"]["0.5"] == 0.5 and js["precision"] == 0.5 and js["f1"] == 0.5 and js["format_rate"] == 1.0

@@ -82,3 +82,93 @@ def test_eval_demo_scores_both_interfaces_and_returns_its_outputs(tmp_path, samp
     assert rows[1]["recall"]["0.5"] == 1.0  # the verbatim table row resolves to the table block
     assert rows[3]["n_citations"] == 0 and rows[3]["resolve"]["reason"] == "no_object"
     assert "Recall of necessary evidence" in capsys.readouterr().out
+
+
+def test_table1_uses_the_judged_subset_for_box_metrics_when_the_run_was_judged():
+    # Paper Section 4: Table 1 reports Rec.5 / Prec on the questions with a parsed judge output.
+    judged = {**METRICS_B, "judged_subset": {"n": 3, "recall": {"0.5": 0.2}, "precision": 0.6, "f1": 0.3}}
+    row = main_table([("j", judged)]).splitlines()[2]
+    assert row == "| j | 20.0 | 60.0 | 30.0 | - | - | 25.0 | 50.0 | - | 100.0 | 2.50 | 3 |"
+
+
+def _run(d, label_metrics, analyses=None, per_question=None):
+    write_json(d / "metrics.json", label_metrics)
+    if analyses is not None:
+        write_json(d / "analyses.json", analyses)
+    if per_question is not None:
+        write_jsonl(d / "per_question.jsonl", [{"index": i, "recall": {"0.5": r}} for i, r in per_question])
+
+
+def test_runs_side_by_side_give_the_condition_grid_oracle_union_and_analyses_tables(tmp_path):
+    def m(r5):
+        return {**METRICS_A, "recall": {**METRICS_A["recall"], "0.5": r5}}
+
+    # Per-question recall at 0.5 of one backbone under three readings of the same output (4 questions).
+    _run(tmp_path / "q", m(0.25), per_question=[(0, 0.0), (1, 0.0), (2, 1.0), (3, 0.0)])
+    _run(tmp_path / "qa", m(0.5), per_question=[(0, 1.0), (1, 0.0), (2, 0.0), (3, 1.0)])
+    analyses = {
+        "by_language": {"en": {"n": 2, "recall@0.5": 0.5, "saa": 0.5, "ah": 0.0}},
+        "by_element_type": {"figure": {"n_elements": 1, "recall": 0.0}, "text": {"n_elements": 3, "recall": 2 / 3}},
+        "residuals": {"iou": {"n_elements": 4, "recovered": 0.5, "rank_limited": 0.25, "not_retrieved": 0.25,
+                              "parser_unreachable": 0.0, "not_retrieved_incl_unreachable": 0.25}},
+        "selective_prediction": {"n_citations": 4, "bins": [{"lo": 0.1, "hi": 0.2, "n": 2, "hit_rate": 0.0},
+                                                            {"lo": 0.5, "hi": 0.9, "n": 2, "hit_rate": 1.0}],
+                                 "retention": [{"keep": 1.0, "n": 4, "precision": 0.5, "min_similarity": 0.1},
+                                               {"keep": 0.5, "n": 2, "precision": 1.0, "min_similarity": 0.5}]},
+        "quote_fidelity": {"n_quotes": 4, "exact": 0.25, "fuzzy": 0.75},
+    }  # fmt: skip
+    _run(tmp_path / "quotes", m(0.5), analyses, per_question=[(0, 0.0), (1, 1.0), (2, 0.0), (3, 1.0)])
+    _run(tmp_path / "raw", m(0.0))
+    out = tmp_path / "cmp"
+    labels = ["8B/q", "8B/q+a", "8B/quotes", "8B/raw"]
+    dirs = [str(tmp_path / n) for n in ("q", "qa", "quotes", "raw")]
+    assert cli_main("eval", "", COMMANDS, ["report", "--runs", *dirs, "--labels", *labels, "--out", str(out)]) == 0
+    text = (out / "tables.md").read_text()
+    # Table 2 layout: coordinate raw first, then the retrieval controls, then quotes.
+    assert "| backbone | raw | q | q+a | quotes |\n|---|---|---|---|---|\n| 8B | 0.0 | 25.0 | 50.0 | 50.0 |" in text
+    # Table 11: quotes|q+a = mean(max) = (1 + 1 + 0 + 1) / 4; q|q+a = (1 + 0 + 1 + 1) / 4.
+    assert "| 8B | 50.0 | 50.0 | 75.0 | 75.0 | 4 |" in text
+    assert "| 8B/quotes | en | 2 | 50.0 | 50.0 | 0.0 |" in text  # Table 6
+    assert "| run | figure | text |" in text and "| 8B/quotes | 0.0 | 66.7 |" in text  # Table 7
+    assert "| 8B/quotes | 4 | 50.0 | 25.0 | 25.0 | 0.0 | 25.0 |" in text  # Figure 7
+    assert "| 8B/quotes | 0.0 | 100.0 |" in text  # Figure 8b: hit rate by bin
+    assert "| run | keep 100.0 | keep 50.0 |" in text and "| 8B/quotes | 50.0 | 100.0 |" in text  # Figure 8a
+    assert "| 8B/quotes | 4 | 25.0 | 75.0 |" in text  # Table 12 fidelity
+
+
+@pytest.mark.parametrize(
+    ("label", "expected"),
+    [
+        ("Qwen3-VL-8B/quotes", ("Qwen3-VL-8B", "quotes")),  # the usual backbone/condition label
+        ("org/model/q+a", ("org/model", "q+a")),  # a backbone name with a slash keeps it
+        ("plain", None),  # no condition: not in the grid
+        ("trailing/", None),  # empty condition
+    ],
+)
+def test_split_label(label, expected):
+    from eval.report import split_label
+
+    assert split_label(label) == expected
+
+
+def test_an_exact_hit_shows_the_gold_box_inside_the_citation_box(tmp_path):
+    from PIL import Image
+
+    from eval.report import CITATION_PAD_PX, _draw_page
+
+    class WhitePage:  # 1 pixel per point, so the expected pixels are the boxes' coordinates
+        page_sizes = [(300.0, 300.0)]
+
+        def render_page(self, page, max_pixels):
+            return Image.new("RGB", (300, 300), "white")
+
+    box = [100, 100, 200, 200]
+    row = {"gt_necessary": [[1, *box]], "gt_all": [[1, *box]], "citations": [{"page": 1, "bbox": box, "hit": True}]}
+    out = tmp_path / "p.jpg"
+    _draw_page(WhitePage(), 1, row, out)
+    img = Image.open(out).convert("RGB")
+    r, g, b = img.getpixel((150, 101))  # on the gold edge: green
+    assert g > 100 and g > r + 60 and g > b + 40
+    r, g, b = img.getpixel((150, 100 - CITATION_PAD_PX))  # on the citation edge just outside: blue
+    assert b > 150 and b > r + 80
+    assert img.getpixel((150, 150)) == pytest.approx((255, 255, 255), abs=12)  # the inside is not painted

@@ -169,3 +169,13 @@ def test_reversed_coordinate_box_is_kept_as_written_and_flagged_malformed_when_s
     write_jsonl(tmp_path / "p.jsonl", [out])
     (pred,) = read_predictions(tmp_path / "p.jsonl")
     assert pred.citations[0].malformed and pred.citations[0].bbox[0] < pred.citations[0].bbox[2]
+
+
+def test_fixed_budget_question_control_cites_k_blocks_even_for_an_unparsed_response(cache):
+    # Appendix F's retrieval-only baseline: k blocks per question, independent of what the model wrote.
+    q = Resolver(DocCache(cache.path.parent), resolver="lexical", query="question", budget=1)
+    out = q.resolve(gold(cache.key), lang("no json"))
+    assert out["resolve"]["budget"] == 1
+    assert [c["block_id"] for c in out["citations"]] == [0]  # the block sharing the most question words
+    with pytest.raises(InputError, match="--budget"):
+        Resolver(DocCache(cache.path.parent), query="quotes", budget=3)

@@ -5,6 +5,10 @@ everything else is the real launch code: #SBATCH lines, GPU split, health waits,
 repair, segments, the merged run log, self-submission with --dependency=afterany. The end of a job's wall time
 is played by `scancel --signal=USR1 --batch` (what --signal=B:USR1@... delivers), since Slurm enforces wall time
 only at minute granularity. Steps take 1 s, so the whole module runs in about a minute.
+
+Robust on a slow machine: where a job stands when it is signalled or requeued is fixed by the stand-in trainer's
+gate (QUOTECITE_STANDIN_GATE: it starts step N only once the test allows it), not by timing, and every wait polls
+for a state with a generous limit (QUOTECITE_SLURM_TEST_TIMEOUT seconds, default 180) instead of sleeping.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ trainer:
   val_before_train: true
   load_checkpoint_path: null
 """
+# How long any one wait may take (a job start, a checkpoint, a chain's end) before the test fails.
+T = float(os.environ.get("QUOTECITE_SLURM_TEST_TIMEOUT", "180"))
 # --signal: the script asks for USR1 an hour before its wall time; with a 10-minute limit that would come at once.
 SBATCH_ARGS = "--cpus-per-task=1 --time=00:10:00 --signal=B:USR1@1"
 
@@ -110,12 +116,16 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 class Run:
     """One run folder, its settings, and the jobs of its chain (all share one unique job name)."""
 
-    def __init__(self, tmp: Path, max_steps: int, save_freq: int = 1, **env: str) -> None:
+    def __init__(self, tmp: Path, max_steps: int, save_freq: int = 1, gate: bool = False, **env: str) -> None:
         self.dir = tmp / "run"
         (self.dir / "logs").mkdir(parents=True)
         self.recipe = tmp / "recipe.yaml"
         self.recipe.write_text(RECIPE % {"save_freq": save_freq})
         self.name = f"qc-test-{uuid.uuid4().hex[:8]}"
+        self.gate = tmp / "gate"
+        if gate:
+            env = {"QUOTECITE_STANDIN_GATE": str(self.gate), **env}
+            self.allow(0)
         self.env = {
             **os.environ,
             "QUOTECITE_ENV_SETUP": "0",
@@ -135,6 +145,19 @@ class Run:
             "QUOTECITE_SBATCH_ARGS": SBATCH_ARGS,
             **env,
         }
+
+    def allow(self, step: int) -> None:
+        """Let the stand-in trainer run up to ``step`` (it waits before any later step)."""
+        tmp = self.gate.with_suffix(".tmp")
+        tmp.write_text(str(step))
+        os.replace(tmp, self.gate)
+
+    def usr1_seen(self) -> int:
+        """How many times the launch has acted on SIGUSR1 (its chain.log line)."""
+        path = self.dir / "chain.log"
+        return (
+            path.read_text().count("SIGUSR1: stopping the trainer after its next checkpoint") if path.exists() else 0
+        )
 
     def submit(self) -> str:
         r = subprocess.run(
@@ -162,9 +185,9 @@ class Run:
                     return j
             return None
 
-        return wait_for(find, 60, f"a running job named {self.name}")
+        return wait_for(find, T, f"a running job named {self.name}")
 
-    def wait_chain_end(self, timeout: float = 120) -> list[str]:
+    def wait_chain_end(self, timeout: float = T) -> list[str]:
         def ended():
             ids = jobs_named(self.name)
             return ids if ids and all(show_job(j).get("JobState") in FINAL for j in ids) else None
@@ -209,17 +232,27 @@ def cleanup_jobs():
 
 # --------------------------------------------------------------------------------------------- tests
 def test_three_job_chain_reaches_max_steps_with_every_step_logged_once(tmp_path, cleanup_jobs):
-    run = Run(tmp_path, max_steps=8)
+    run = Run(tmp_path, max_steps=8, gate=True)
     cleanup_jobs.append(run)
+    run.allow(2)
     first = run.submit()
-    # Job 1: the wall-time warning after checkpoint 2; job 2: after checkpoint 5; job 3 runs to the end.
-    wait_for(lambda: run.last_step() >= 2, 60, "checkpoint 2")
+    # Job 1 gets the wall-time warning at checkpoint 2 and stops after the next one (3); job 2 gets it at
+    # checkpoint 5 and stops after 6; job 3 runs to the end. The gate holds the trainer at each point until
+    # the launch has acted on the signal, so the chain's shape does not depend on the machine's speed.
+    wait_for(lambda: run.last_step() == 2, T, "checkpoint 2")
     run.usr1(first)
-    second = wait_for(lambda: next((j for j in jobs_named(run.name) if j != first), None), 60, "a second job")
+    wait_for(lambda: run.usr1_seen() == 1, T, "the first job to act on SIGUSR1")
+    run.allow(3)
+    second = wait_for(lambda: next((j for j in jobs_named(run.name) if j != first), None), T, "a second job")
     assert show_job(second)["Dependency"] in (f"afterany:{first}(unfulfilled)", "(null)")
     assert run.running_job() == second
-    wait_for(lambda: run.last_step() >= 5, 60, "checkpoint 5")
+    run.allow(5)
+    wait_for(lambda: run.last_step() == 5, T, "checkpoint 5")
     run.usr1(second)
+    wait_for(lambda: run.usr1_seen() == 2, T, "the second job to act on SIGUSR1")
+    run.allow(6)
+    wait_for(lambda: len(jobs_named(run.name)) == 3, T, "a third job")
+    run.allow(8)
     ids = run.wait_chain_end()
 
     assert len(ids) == 3, run.logs()
@@ -227,19 +260,20 @@ def test_three_job_chain_reaches_max_steps_with_every_step_logged_once(tmp_path,
     segs = run.segments()
     assert [s["job_id"] for s in segs] == ids
     assert [s["status"] for s in segs] == ["stopped", "stopped", "finished"]
-    # each job resumed where the previous one's last checkpoint left off
-    assert [s["resume_step"] for s in segs[1:]] == [segs[0]["end_step"], segs[1]["end_step"]]
-    assert segs[-1]["end_step"] == 8
+    # each job stopped right after the checkpoint that followed its warning, and the next resumed from it
+    assert [(s["resume_step"], s["end_step"]) for s in segs] == [(0, 3), (3, 6), (6, 8)]
     log = assert_every_step_once(run, 8)
     assert {r["segment"] for r in log} == {s["name"] for s in segs}
     # the GPU split of the real job: servers on the third GPU, trainer on the first two
     judge = json.loads((run.dir / "segments" / segs[0]["name"] / "judge.log").read_text().splitlines()[0])
     embed = json.loads((run.dir / "segments" / segs[0]["name"] / "embed.log").read_text().splitlines()[0])
     assert (judge["cuda_visible_devices"], embed["cuda_visible_devices"]) == ("2", "2")
+    # memory shares as vLLM reads them (the stand-in parses the flags like vLLM 0.18.1): both fit on GPU 2
+    assert (judge["gpu_memory_utilization"], embed["gpu_memory_utilization"]) == (0.55, 0.25)
     assert (judge["model"], embed["model"], embed["runner"]) == ("Qwen/Qwen3.5-9B", "Qwen/Qwen3-VL-Embedding-2B",
                                                                  "pooling")  # fmt: skip
     trainer_log = (run.dir / "segments" / segs[1]["name"] / "trainer.log").read_text()
-    assert f"global_step_{segs[0]['end_step']}." in trainer_log  # "Load from checkpoint: .../global_step_N."
+    assert "global_step_3." in trainer_log  # "Load from checkpoint: .../global_step_3."
     man = json.loads((run.dir / "manifest.json").read_text())
     assert [j["job_id"] for j in man["jobs"]] == ids
     assert [j["next"] for j in man["jobs"]] == ["continue", "continue", "done"]
@@ -252,13 +286,15 @@ def test_three_job_chain_reaches_max_steps_with_every_step_logged_once(tmp_path,
 def test_requeue_mid_job_loses_no_completed_step_and_duplicates_none(tmp_path, cleanup_jobs):
     # save every 3 steps: the requeue lands after step 4 is logged but before checkpoint 6, so the rerun
     # repeats steps 4.. from checkpoint 3 and their first records must be superseded, not duplicated.
-    run = Run(tmp_path, max_steps=6, save_freq=3)
+    run = Run(tmp_path, max_steps=6, save_freq=3, gate=True)
     cleanup_jobs.append(run)
+    run.allow(4)  # the trainer logs step 4 and waits: the requeue comes between steps 4 and 5, checkpoint 3 the last
     job = run.submit()
     first_seg = f"{job}-0"
-    wait_for(lambda: max(run.logged_steps(first_seg), default=0) >= 4, 60, "step 4 logged")
+    wait_for(lambda: max(run.logged_steps(first_seg), default=0) == 4, T, "step 4 logged")
     subprocess.run(["scontrol", "requeue", job], check=True)
-    wait_for(lambda: show_job(job).get("JobState") == "PENDING", 60, "the requeued job to be pending")
+    wait_for(lambda: show_job(job).get("JobState") == "PENDING", T, "the requeued job to be pending")
+    run.allow(6)
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)  # else held ~121 s
     ids = run.wait_chain_end()
 
@@ -268,10 +304,9 @@ def test_requeue_mid_job_loses_no_completed_step_and_duplicates_none(tmp_path, c
     segs = run.segments()
     assert [(s["name"], s["status"]) for s in segs] == [(first_seg, "terminated"), (f"{job}-1", "finished")]
     assert segs[1]["resume_step"] == 3
-    logged_by_first = run.logged_steps(first_seg)
-    assert max(logged_by_first) >= 4
+    assert run.logged_steps(first_seg) == [0, 1, 2, 3, 4]  # validation before training, then steps 1-4
     summary = json.loads((run.dir / "run_summary.json").read_text())
-    assert summary["superseded"] == {first_seg: [s for s in logged_by_first if s > 3]}
+    assert summary["superseded"] == {first_seg: [4]}  # step 4 was rerun from checkpoint 3: its first record goes
     log = assert_every_step_once(run, 6)
     assert [r["segment"] for r in log] == [first_seg] * 4 + [f"{job}-1"] * 3
     assert "DUE TO JOB REQUEUE" in run.logs()  # --open-mode=append kept the first run's output
@@ -281,14 +316,14 @@ def test_job_killed_while_writing_a_checkpoint_resumes_from_the_previous_complet
     # The stand-in pauses half-way through writing checkpoint 3 (shards written, no adapter, no tracker update);
     # every process of the job is SIGKILLed there, as when a node dies (no cleanup runs), and a new submission must
     # resume from checkpoint 2.
-    run = Run(tmp_path, max_steps=4, QUOTECITE_STANDIN_SLOW_SAVE="3:60")
+    run = Run(tmp_path, max_steps=4, QUOTECITE_STANDIN_SLOW_SAVE=f"3:{T:g}")
     cleanup_jobs.append(run)
     job = run.submit()
     shard = run.dir / "checkpoints" / "global_step_3" / "actor" / "model_world_size_2_rank_0.pt"
-    wait_for(shard.exists, 60, "checkpoint 3 to be half-written")
+    wait_for(shard.exists, T, "checkpoint 3 to be half-written")
     assert run.last_step() == 2
     kill_every_process_of(job)
-    wait_for(lambda: show_job(job).get("JobState") in FINAL, 60, "the killed job to end")
+    wait_for(lambda: show_job(job).get("JobState") in FINAL, T, "the killed job to end")
     assert jobs_named(run.name) == [job]  # a killed job submits nothing
     assert json.loads((run.dir / "segments" / f"{job}-0" / "segment.json").read_text())["status"] == "running"
 
@@ -315,8 +350,9 @@ def test_judge_that_never_becomes_healthy_ends_the_chain_with_a_clear_error(tmp_
     )
     cleanup_jobs.append(run)
     job = run.submit()
-    ids = run.wait_chain_end(timeout=60)
-    time.sleep(1)  # a resubmission would show up within this second: there must be none
+    ids = run.wait_chain_end()
+    # No wait for a late resubmission is needed: a job submits its successor (sbatch returns once slurmctld has
+    # it) before its script exits, and wait_chain_end returns only when every job of the chain has ended.
     assert jobs_named(run.name) == ids == [job]
     info = show_job(job)
     assert (info["JobState"], info["ExitCode"]) == ("FAILED", "1:0")
@@ -342,7 +378,6 @@ def test_chain_stops_after_the_set_number_of_jobs_without_progress(tmp_path, cle
     cleanup_jobs.append(run)
     run.submit()
     ids = run.wait_chain_end()
-    time.sleep(1)
     assert jobs_named(run.name) == ids and len(ids) == 2, run.logs()
     assert [s["status"] for s in run.segments()] == ["crashed", "crashed"]
     assert "2 jobs in a row made no progress (stuck at step 0); not resubmitting" in run.logs()

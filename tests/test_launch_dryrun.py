@@ -232,3 +232,61 @@ def test_a_judge_that_exits_at_start_is_named_with_its_log(tmp_path):
     assert "error: judge server (Qwen/Qwen3.5-9B on GPU 2, port " in r.stderr
     assert "exited (code 3) before answering http://127.0.0.1:" in r.stderr and f"see its log: {log}" in r.stderr
     assert seg["status"] == "server_failed"
+
+
+def test_local_run_starts_both_servers_with_vllm_flags_and_memory_shares_that_fit_one_gpu(tmp_path):
+    # The stand-in parses the servers' command lines like vLLM 0.18.1 (unknown flags fail), so this checks the
+    # flags the launch really passes: vLLM sizes each instance as its share of the whole GPU, so the two shares
+    # must leave room for both on GPU 2.
+    run = tmp_path / "run"
+    r = subprocess.run(
+        ["bash", GRPO], env=standin_env(tmp_path, max_steps=1), capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    seg_dir = run / "segments" / segment(run)["name"]
+    judge = json.loads((seg_dir / "judge.log").read_text().splitlines()[0])
+    embed = json.loads((seg_dir / "embed.log").read_text().splitlines()[0])
+    got = {
+        k: (judge[k], embed[k])
+        for k in (
+            "model",
+            "runner",
+            "gpu_memory_utilization",
+            "max_model_len",
+            "limit_mm_per_prompt",
+            "cuda_visible_devices",
+        )
+    }
+    assert got == {
+        "model": ("Qwen/Qwen3.5-9B", "Qwen/Qwen3-VL-Embedding-2B"),
+        "runner": ("auto", "pooling"),  # the embedder on vLLM's pooling runner (last token, normalised)
+        "gpu_memory_utilization": (0.55, 0.25),
+        "max_model_len": (32768, 8192),
+        "limit_mm_per_prompt": ({"image": 8}, None),  # the judge sees up to 6 crops (recipe max_crops)
+        "cuda_visible_devices": ("2", "2"),
+    }
+    assert judge["gpu_memory_utilization"] + embed["gpu_memory_utilization"] <= 0.9
+
+
+@pytest.mark.parametrize(
+    "flags,error",
+    [
+        (["--gpu-memory-fraction", "0.5"], "unrecognized arguments"),  # no such flag: vLLM refuses it too
+        (["--gpu-memory-utilization", "1.5"], "must be in (0, 1]"),  # a share above the whole GPU
+        (["--limit-mm-per-prompt", "image=8"], "not JSON"),  # the pre-0.10 syntax vLLM 0.18 no longer parses
+        (["--limit-mm-per-prompt", '{"image": "8"}'], "modality -> count"),  # a count must be an int
+        (["--runner", "embed"], "invalid choice"),  # "embed" is a --convert value, not a runner
+        (["--max-model-len", "32k"], "invalid int value"),  # vLLM 0.18's parser wants an int here
+    ],
+)
+def test_vllm_standin_rejects_the_flags_vllm_rejects(flags, error, capsys, monkeypatch):
+    from tests.standins import vllm_serve
+
+    def no_server(**_):
+        raise AssertionError(f"the stand-in accepted {flags} and started serving")
+
+    monkeypatch.setattr(vllm_serve, "ScriptedOpenAIServer", no_server)
+    with pytest.raises(SystemExit) as e:
+        vllm_serve.main(["serve", "some/model", *flags])
+    assert e.value.code == 2
+    assert error in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import textwrap
 from pathlib import Path
@@ -18,7 +19,7 @@ from reportlab.pdfgen import canvas
 from data_prep.document import Document
 from data_prep.parsers import PARSERS
 from data_prep.parsers.mineru import MinerUParser, detect_schema, html_table_text, latex_plain
-from data_prep.text import token_f1
+from data_prep.text import token_f1, token_recall
 from data_prep.types import BLOCK_TYPES, InputError
 from tests.conftest import fixture_path
 
@@ -159,6 +160,28 @@ def test_merged_paragraph_parts_become_separate_regions_with_their_own_text(conv
         merged = " ".join(s.get("content", "") for ln in lines for s in ln["spans"])
         trap_shown += token_f1(merged, clean_layer(doc.text_in_bbox(s_page, survivor.bbox))) < 0.8
     assert trap_shown == n_trap
+
+
+@pytest.mark.parametrize("name, n_groups", [("demo1_v0.10", 13), ("aaai_v2.7.6", 6)])
+def test_merged_paragraph_words_are_all_kept_and_really_split_over_the_parts(converted, name, n_groups):
+    """Complements the test above (each part's text is what its own bbox shows): no line of the merged paragraph
+    is lost when it is split back, and no part keeps the whole paragraph. Words come from MinerU's own text spans
+    (line-end hyphens rejoined), an independent source from the text layer."""
+    doc, blocks, data = converted(name)
+    groups: dict[tuple, list] = {}
+    lines_of: dict[tuple, list] = {}
+    for s_page, s_bbox, o_page, o_bbox, lines in _merged_pairs(data):
+        key = (s_page, tuple(s_bbox))
+        groups.setdefault(key, [_block_at(blocks, s_page, s_bbox)]).append(_block_at(blocks, o_page, o_bbox))
+        lines_of[key] = lines
+    assert len(groups) == n_groups
+    for key, parts in groups.items():
+        words = "".join(
+            " ".join(s["content"] for s in ln["spans"] if s["type"] == "text").strip() + "\n" for ln in lines_of[key]
+        )
+        words = re.sub(r"-\n", "", words)
+        assert token_recall(words, " ".join(p.text for p in parts)) >= 0.98, key
+        assert max(token_recall(words, p.text) for p in parts) <= 0.92, key
 
 
 def test_cross_page_merge_puts_the_continuation_on_the_next_page(converted):

@@ -9,9 +9,10 @@ from collections import Counter
 import pytest
 from reportlab.lib.pagesizes import A4
 from reportlab.lib.utils import simpleSplit
+from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfgen import canvas as rl_canvas
 
-from data_prep.document import Document
+from data_prep.document import Document, clean_layer_text
 from data_prep.parsers import get_parser
 from data_prep.parsers.pdftext import _CAPTION_RE, PdfTextParser, join_lines
 from data_prep.sample import SAMPLE_FACTS
@@ -43,7 +44,7 @@ def assert_well_formed(doc: Document, blocks) -> None:
 def test_registry_name_and_version():
     parser = get_parser("pdftext")
     assert parser.name == "pdftext"
-    assert parser.version().startswith("pdftext-1+pypdfium2-")
+    assert parser.version().startswith("pdftext-2+pypdfium2-")
 
 
 def test_sample_per_type_counts_are_exact(sample):
@@ -166,6 +167,9 @@ def test_caption_detection(line, kind):
         (["The yield", "was high."], "The yield was high."),
         (["见表1", "Table 1 shows"], "见表1 Table 1 shows"),  # CJK then Latin: a space
         (["  padded  ", ""], "padded"),
+        (["The experi\u00ad", "ment worked."], "The experiment worked."),  # soft hyphen: word rejoined, no space
+        (["Ends in a soft hy\u00ad"], "Ends in a soft hy"),  # a trailing mark alone is dropped
+        (["state-of-the-", "art"], "state-of-the- art"),  # a real hyphen is kept as written
     ],
 )
 def test_join_lines(lines, joined):
@@ -175,6 +179,122 @@ def test_join_lines(lines, joined):
 def test_output_file_is_refused(sample_pdf, tmp_path):
     with Document.open(sample_pdf) as doc, pytest.raises(InputError, match="reads the PDF itself"):
         PdfTextParser().parse(doc, tmp_path / "x.json")
+
+
+def _hyphenated_pdf(path) -> None:
+    """Two paragraphs whose first line ends in a hyphenated word, as TeX and Word break them."""
+    c = rl_canvas.Canvas(str(path), pagesize=(400, 300), invariant=1)
+    c.setFont("Helvetica", 12)
+    c.drawString(20, 250, "The measure-")
+    c.drawString(20, 235, "ments were taken at noon.")
+    c.drawString(20, 190, "A second experi-")
+    c.drawString(20, 175, "ment followed.")
+    c.showPage()
+    c.save()
+
+
+def test_hyphenated_line_ends_are_rejoined_in_blocks_and_in_text_in_bbox(tmp_path):
+    """pdfium reports a line-end hyphen as a soft-hyphen mark (U+0002) with the hyphen's glyph box; blocks and
+    ``text_in_bbox`` give the whole word, and the first line's box still covers the drawn hyphen."""
+    _hyphenated_pdf(tmp_path / "hy.pdf")
+    with Document.open(tmp_path / "hy.pdf") as doc:
+        blocks = PdfTextParser().parse(doc)
+        assert [(b.type, b.text) for b in blocks] == [
+            ("text", "The measurements were taken at noon."),
+            ("text", "A second experiment followed."),
+        ]
+        assert doc.text_in_bbox(1, blocks[0].bbox) == "The measurements were taken at noon."
+        assert (
+            doc.text_in_bbox(1, (0, 0, 400, 300))
+            == "The measurements were taken at noon.\nA second experiment followed."
+        )
+        first = doc.text_lines(1)[0]
+        assert first.text == "The measure\u00ad"
+        hyphen_right = 20 + pdfmetrics.stringWidth("The measure-", "Helvetica", 12)
+        assert first.bbox[2] == pytest.approx(hyphen_right, abs=0.5)
+
+
+@pytest.mark.parametrize(
+    "raw, clean",
+    [
+        ("experi\x02ment", "experiment"),  # bounded-text soft hyphen, no break in between
+        ("experi\x02\r\nment", "experiment"),  # soft hyphen then pdfium's CRLF
+        ("experi\ufffement", "experiment"),  # the text-range call's mark
+        ("one\r\ntwo\rthree\nfour", "one\ntwo\nthree\nfour"),  # CRLF and lone CR become LF
+        ("state-of-the-\r\nart", "state-of-the-\nart"),  # a real hyphen stays
+    ],
+)
+def test_clean_layer_text(raw, clean):
+    assert clean_layer_text(raw) == clean
+
+
+def _run_in_pdf(path) -> None:
+    c = rl_canvas.Canvas(str(path), pagesize=(400, 300), invariant=1)
+    y = 260
+    for _ in range(3):
+        c.setFont("Helvetica", 10)
+        c.drawString(30, y, "Body text of a normal paragraph that goes across the whole column width.")
+        y -= 12
+    y -= 14
+    # A bold run-in heading longer than the sentence it opens (most of the line is bold), one space apart...
+    lead = "Implementation details and settings. "
+    c.setFont("Helvetica-Bold", 10)
+    c.drawString(30, y, lead)
+    c.setFont("Helvetica", 10)
+    c.drawString(30 + pdfmetrics.stringWidth(lead, "Helvetica-Bold", 10), y, "We use two GPUs.")
+    y -= 26
+    # ...and one set apart by a wide gap (TeX's \quad), which the text layer splits into two runs.
+    lead = "Implementation details and settings."
+    c.setFont("Helvetica-Bold", 10)
+    c.drawString(30, y, lead)
+    c.setFont("Helvetica", 10)
+    c.drawString(30 + pdfmetrics.stringWidth(lead, "Helvetica-Bold", 10) + 14, y, "We use two GPUs.")
+    y -= 26
+    c.setFont("Helvetica-Bold", 10)
+    c.drawString(30, y, "A real bold heading")
+    y -= 14
+    c.setFont("Helvetica", 10)
+    c.drawString(30, y, "Body text of a normal paragraph that goes across the whole column width.")
+    c.showPage()
+    c.save()
+
+
+def test_bold_run_in_heading_keeps_its_paragraph_text_while_a_bold_line_is_a_title(tmp_path):
+    _run_in_pdf(tmp_path / "runin.pdf")
+    with Document.open(tmp_path / "runin.pdf") as doc:
+        blocks = PdfTextParser().parse(doc)
+    assert [(b.type, b.text) for b in blocks][1:] == [
+        ("text", "Implementation details and settings. We use two GPUs."),
+        ("text", "Implementation details and settings. We use two GPUs."),
+        ("title", "A real bold heading"),
+        ("text", "Body text of a normal paragraph that goes across the whole column width."),
+    ]
+
+
+def _drawn_bullets_pdf(path) -> list[str]:
+    """A paragraph, then three list items whose bullets are filled circles drawn as paths (no bullet glyph)."""
+    c = rl_canvas.Canvas(str(path), pagesize=(400, 300), invariant=1)
+    c.setFont("Helvetica", 10)
+    c.drawString(30, 260, "The survey covered the following sites across the region this year:")
+    items = ["Shenzhen rooftop array", "Lhasa ground station", "Harbin test field"]
+    y = 244
+    for item in items:
+        c.circle(38, y + 3.5, 2, stroke=0, fill=1)
+        c.drawString(46, y, item)
+        y -= 12
+    c.showPage()
+    c.save()
+    return items
+
+
+def test_bullets_drawn_as_graphics_make_list_blocks(tmp_path):
+    items = _drawn_bullets_pdf(tmp_path / "bullets.pdf")
+    with Document.open(tmp_path / "bullets.pdf") as doc:
+        blocks = PdfTextParser().parse(doc)
+    assert [(b.type, b.text) for b in blocks] == [
+        ("text", "The survey covered the following sites across the region this year:"),
+        *[("list", item) for item in items],
+    ]
 
 
 def _two_column_pdf(path) -> list[str]:

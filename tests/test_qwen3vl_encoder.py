@@ -232,6 +232,8 @@ def test_render_prompt_layout(instruction, text, n_image, user):
         ("  Find the row  ", "Find the row."),  # stripped, full stop added
         ("找到证据。", "找到证据。"),  # CJK full stop counts as punctuation
         ("What matches?", "What matches?"),
+        ("", "Represent the user's input."),  # empty: the model's default instruction, as its embedder does
+        ("   ", "Represent the user's input."),  # blank after stripping: the same
     ],
 )
 def test_normalize_instruction(raw, expected):

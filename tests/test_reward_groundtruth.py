@@ -55,3 +55,28 @@ def test_unpack_names_the_bad_field(packed, fragment):
     with pytest.raises(InputError) as e:
         unpack_ground_truth(packed)
     assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (12, "12"),  # an integer gold answer
+        (3.5, "3.5"),  # a float gold answer (LongDocURL's Float answers)
+        ("3.5", "3.5"),  # already text
+    ],
+)
+def test_numeric_gold_answers_become_text(answer, expected):
+    gt = unpack_ground_truth({"qid": "q", "doc_key": "k", "question": "Q?", "answer": answer, "pages": None})
+    assert gt.answer == expected
+
+
+@pytest.mark.parametrize(
+    "packed",
+    [
+        '{"qid": "q", "doc_key": "k", "question": "Q", "answer": NaN, "pages": null}',  # Python's json reads NaN
+        '{"qid": "q", "doc_key": "k", "question": "Q", "answer": true, "pages": null}',  # a bool is not a number here
+    ],
+)
+def test_non_finite_and_boolean_gold_answers_are_rejected(packed):
+    with pytest.raises(InputError, match="'answer'"):
+        unpack_ground_truth(packed)

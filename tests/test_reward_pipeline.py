@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import socket
@@ -340,3 +341,151 @@ def test_batch_counters_are_appended_to_the_launch_metrics_dir(cache, tmp_path, 
             0,
         )
         assert all(isinstance(v, int | float) for v in line.values())  # flat numbers: the launch sums them
+
+
+# --------------------------------------------------------------------------------------------- EasyR1's contract
+def test_plugin_loads_and_runs_from_a_checkout_that_is_not_installed(cache, tmp_path):
+    """EasyR1's loader, step by step (verl/workers/reward/function.py at b44b311): spec_from_file_location under
+    the name ``custom_reward_fn``, registered in sys.modules, kwargs bound with functools.partial, the batch passed
+    positionally, every value reduced with np.mean. Run in a fresh interpreter without site-packages' .pth files
+    (so the editable install of this repo is invisible) from another working directory."""
+    import subprocess
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    plugin = Path(__file__).resolve().parents[1] / "reward" / "quote_reward.py"
+    batch = [inp({"answer": QA.answer, "quotes": [EN, ROW]}, gt(cache)), inp("prose", gt(cache))]
+    script = f"""
+import importlib.util, json, sys
+from functools import partial
+import numpy as np
+try:
+    import reward
+    sys.exit("the repo is importable without the plugin's fallback; the test proves nothing")
+except ImportError:
+    pass
+spec = importlib.util.spec_from_file_location("custom_reward_fn", {str(plugin)!r})
+module = importlib.util.module_from_spec(spec)
+sys.modules["custom_reward_fn"] = module
+spec.loader.exec_module(module)
+fn = partial(getattr(module, "compute_score"), **{{"cache_dir": {str(cache.path.parent)!r}, "judge": "lexical",
+                                                   "resolver": "lexical"}})
+scores = fn(json.loads(sys.stdin.read()))
+metrics = {{}}
+for s in scores:
+    for k, v in s.items():
+        metrics.setdefault(k, []).append(v)
+reduced = {{k: float(np.mean(v)) for k, v in metrics.items()}}
+print(json.dumps([module.REWARD_NAME, module.REWARD_TYPE, scores, reduced]))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", script],
+        input=json.dumps(batch),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": sysconfig.get_paths()["purelib"], "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    name, kind, scores, reduced = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (name, kind, len(scores)) == ("quote_reward", "batch", 2)
+    assert [(s["format_ok"], s["n_citations"]) for s in scores] == [(1.0, 2.0), (0.0, 0.0)]
+    assert scores[0]["overall"] > 0 and scores[1]["overall"] == 0.0
+    assert reduced["overall"] == pytest.approx(scores[0]["overall"] / 2)
+    assert sorted(reduced) == sorted(BREAKDOWN_KEYS)
+
+
+def test_groups_are_found_by_qid_wherever_their_responses_sit(cache):
+    """EasyR1 reorders a batch to balance sequence lengths before computing rewards (ray_trainer._balance_batch),
+    so a prompt's n responses need not be consecutive: the unscorable fill must follow the qid, not the position."""
+
+    def handler(path, body, n):
+        a = answer_in(body)
+        if a.startswith("FAIL"):
+            return Reply(status=500)
+        return chat_completion(json.dumps({"answer": int(a[1]), "relevance": 5, "coverage": 5}))
+
+    def resp(answer):
+        return {"answer": answer, "quotes": [EN]}
+
+    g1, g2 = gt(cache, "q1"), gt(cache, "q2")
+    grouped = [
+        inp(resp("A5"), g1), inp(resp("A3"), g1), inp(resp("FAIL1"), g1),
+        inp(resp("A1"), g2), inp(resp("A0"), g2), inp(resp("FAIL2"), g2),
+    ]  # fmt: skip
+    interleaved = [grouped[i] for i in (3, 0, 5, 1, 4, 2)]
+    with ScriptedOpenAIServer(handler=handler) as srv:
+        scorer = RewardScorer(http_config(cache, srv.url))
+        a = [b.overall for b, _ in scorer.score(grouped)]
+        b = [b.overall for b, _ in scorer.score(interleaved)]
+    assert a == pytest.approx([1.0, 0.6, 0.8, 0.2, 0.0, 0.1])  # FAIL1: mean(1, .6); FAIL2: mean(.2, 0)
+    assert b == pytest.approx([a[i] for i in (3, 0, 5, 1, 4, 2)])
+
+
+def test_cli_scores_a_group_together_even_when_its_lines_are_apart(cache, tmp_path):
+    from data_prep.cli import main
+    from reward.__main__ import COMMANDS
+
+    def handler(path, body, n):
+        a = answer_in(body)
+        return Reply(status=500) if a == "FAIL" else chat_completion(
+            json.dumps({"answer": int(a[1]), "relevance": 5, "coverage": 5}))  # fmt: skip
+
+    g1, g2 = gt(cache, "q1"), gt(cache, "q2")
+    rows = [inp({"answer": a, "quotes": [EN]}, g) for a, g in (("A5", g1), ("A0", g2), ("FAIL", g1), ("A1", g2))]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with ScriptedOpenAIServer(handler=handler) as srv:
+        argv = ["score", "--inputs", str(src), "--cache-dir", str(cache.path.parent), "--judge-url", srv.url,
+                "--judge-model", "judge-model", "--retries", "0", "--out", str(out)]  # fmt: skip
+        assert main("python -m reward", "", COMMANDS, argv) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    # Input order kept; the failed q1 line gets q1's mean (1.0), not a mix with q2's.
+    assert [(d["overall"], d["unscorable"]) for d in lines] == [(1.0, 0.0), (0.0, 0.0), (1.0, 1.0), (0.2, 0.0)]
+
+
+def test_cli_group_order_brings_each_qid_together():
+    from reward.cmd_score import group_order
+
+    assert group_order(["a", "b", "a", "c", "b", "a"]) == [0, 2, 5, 1, 4, 3]
+    assert group_order([]) == []
+
+
+# --------------------------------------------------------------------------------------------- judge misconfiguration
+VLLM_404 = {"object": "error", "message": "The model `judge-modle` does not exist.", "type": "NotFoundError",
+            "code": 404}  # fmt: skip
+
+MISCONFIGURED_JUDGES = [
+    # (reply to every chat request, a fragment the error must contain)
+    (Reply(status=404, json=VLLM_404), "does not exist"),  # wrong judge_model: vLLM's 404
+    (Reply(status=400, json={"message": "unknown field"}), "HTTP 400"),  # a body the server refuses
+    (Reply(text="<html>login</html>"), "bad_response"),  # a URL that is not an OpenAI chat API
+]
+
+
+@pytest.mark.parametrize(("reply", "fragment"), MISCONFIGURED_JUDGES)
+def test_a_judge_that_rejects_its_whole_first_batch_is_misconfiguration(cache, reply, fragment):
+    g = gt(cache)
+    batch = [inp({"answer": f"a{i}", "quotes": [EN]}, g) for i in range(3)] + [inp("prose", g)]
+    with ScriptedOpenAIServer(handler=lambda path, body, n: reply) as srv:
+        with pytest.raises(InputError, match="rejected all 3 requests") as e:
+            compute_score(batch, **http_config(cache, srv.url).to_dict())
+    assert fragment in str(e.value) and srv.url in str(e.value)
+
+
+def test_first_batch_outages_and_later_rejections_never_raise(cache):
+    g = gt(cache)
+    batch = [inp({"answer": f"a{i}", "quotes": [EN]}, g) for i in range(3)]
+    state = {"reply": Reply(status=503)}
+    with ScriptedOpenAIServer(handler=lambda path, body, n: state["reply"]) as srv:
+        scorer = RewardScorer(dataclasses.replace(http_config(cache, srv.url), timeout_s=0.5))
+        for reply in (Reply(status=503), Reply(status=429), Reply(hang=True)):  # outages before any success
+            state["reply"] = reply
+            assert [b.unscorable for b, _ in scorer.score(batch)] == [1.0] * 3
+        state["reply"] = None  # the default server: scores
+        assert [b.unscorable for b, _ in scorer.score(batch)] == [0.0] * 3
+        state["reply"] = Reply(status=404, json=VLLM_404)  # the judge answered before: now an outage, counted
+        assert [b.unscorable for b, _ in scorer.score(batch)] == [1.0] * 3
+    assert dict(scorer.last.judge.failures) == {"http_4xx": 3}

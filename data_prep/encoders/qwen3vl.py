@@ -1,10 +1,13 @@
 """``qwen3-vl-embedding``: block crops and quote texts embedded as Qwen3-VL-Embedding-2B does.
 
 The model reads a chat: a system turn holding an *instruction* (one for documents, another for queries) and a
-user turn holding the content (a block's crop rendered at 150 dpi, its text, or both; a query's text). The
-embedding is the last layer's hidden state at the final token of the prompt (the ``\\n`` after
-``<|im_start|>assistant``), L2-normalised; 2048 dimensions for the 2B model. With ``dim`` below the model's
-width the vector is cut to its first ``dim`` components and normalised again (Matryoshka truncation).
+user turn holding the content (a block's crop rendered at 150 dpi, its text, or both, image first; a query's text).
+The embedding is the last layer's (final-norm) hidden state at the final token of the prompt rendered with the
+generation prompt, i.e. the ``\\n`` after ``<|im_start|>assistant``; no end-of-text token is appended. That is what
+the model's own embedder does (``Qwen3VLEmbedder.process``: ``apply_chat_template(..., add_generation_prompt=True)``,
+then the last position whose attention mask is 1; its ``PAD_TOKEN = "<|endoftext|>"`` is never used, as issue
+QwenLM/Qwen3-VL-Embedding#4 points out), L2-normalised; 2048 dimensions for the 2B model. With ``dim`` below the
+model's width the vector is cut to its first ``dim`` components and normalised again (Matryoshka truncation).
 
 Two transports give the same vectors:
 
@@ -14,7 +17,8 @@ Two transports give the same vectors:
 * ``http``: a vLLM server serving the model (``vllm serve Qwen/Qwen3-VL-Embedding-2B --runner pooling``).
   One ``POST {url}/embeddings`` per item with chat-style ``messages`` (vLLM's ``EmbeddingChatRequest``: the
   system instruction, then the user content with the crop as a ``data:image/png;base64`` ``image_url``) and
-  ``add_generation_prompt`` set, as the model's own embedder renders its prompts; requests run concurrently up
+  ``add_generation_prompt`` set, as the model's own embedder renders its prompts (``add_special_tokens`` stays
+  at vLLM's default, false, so nothing is appended after the template); requests run concurrently up
   to ``max_concurrency`` and are retried on 5xx, 429, timeouts and dropped connections. The answer's
   ``data[0].embedding`` is normalised again here whatever the server did.
 
@@ -155,8 +159,9 @@ class EmbedItem:
 
 
 def normalize_instruction(instruction: str) -> str:
-    """Strip, and end with punctuation (the model's embedder appends a full stop when there is none)."""
-    instruction = instruction.strip()
+    """Strip, and end with punctuation (the model's embedder appends a full stop when there is none); an empty
+    instruction is the model's default one, as in its embedder (``instruction or default_instruction``)."""
+    instruction = instruction.strip() or DEFAULT_DOCUMENT_INSTRUCTION
     if instruction and not unicodedata.category(instruction[-1]).startswith("P"):
         instruction += "."
     return instruction

@@ -10,7 +10,10 @@ DoclingDocument facts this module relies on (checked against the fixtures' schem
 * ``pages["n"].size`` is ``{width, height}`` in points;
 * tables and pictures link their captions and footnotes with ``captions`` / ``footnotes`` lists of ``$ref``.
 
-Output bboxes are ``(x0, y0, x1, y1)`` in PDF points, origin top-left of the displayed page, pages 1-based.
+Output bboxes are ``(x0, y0, x1, y1)`` in PDF points, origin top-left of the displayed page (after ``/Rotate``),
+pages 1-based. Docling's ``prov`` boxes and page sizes are taken to be in that displayed page's space (``BOTTOMLEFT``
+origin flipped with the displayed height); on pages with ``/Rotate`` this is checked against the PDF's text layer
+and an output whose boxes are in the unrotated frame is rejected (see :func:`_check_rotated_pages`).
 Label mapping: title, section_header -> title; text, paragraph, reference -> text; list_item -> list;
 caption -> table_caption / figure_caption (by the item that links it, else by its text); footnote -> table_footnote
 when a table links it, else text; picture, chart -> figure; table, document_index -> table; formula -> equation;
@@ -27,7 +30,10 @@ from pathlib import Path
 
 from data_prep.document import Document
 from data_prep.parsers import PARSERS
+from data_prep.text import token_f1, tokenize
 from data_prep.types import BBox, Block, InputError, renumber
+
+_CHECKED_TYPES = ("title", "text", "list", "table_caption", "figure_caption", "table_footnote", "header", "footer")
 
 DOCLING_JSON_VERSION = 1
 """Bumped when the conversion rules change (part of the cache key)."""
@@ -238,7 +244,42 @@ def convert_docling_dict(doc_json: dict, doc: Document, source: str) -> list[Blo
         same_page = [o for o in owner_ids if blocks[o].page == blocks[bid].page]
         b = blocks[bid]
         blocks[bid] = Block(b.block_id, b.page, b.bbox, b.type, b.text, (same_page or owner_ids)[0])
+    _check_rotated_pages(blocks, doc, source)
     return renumber(blocks)
+
+
+ROTATED_MIN_AGREEMENT = 0.5
+"""On a page with ``/Rotate``, at least this share of text blocks must match the PDF's text inside their bbox."""
+
+
+def _check_rotated_pages(blocks: list[Block], doc: Document, source: str) -> None:
+    """Reject boxes that are not in the displayed page's space on pages with ``/Rotate``.
+
+    Docling reports page sizes of the displayed page, but one of its backends (pypdfium2) has put text boxes of
+    rotated pages in the unrotated frame (docling issue #4007); such boxes still fit the page for 180 degrees and
+    cannot be told apart by size. The PDF's own text inside each text block's bbox settles it: on a rotated page
+    with text, most text blocks must find their text there."""
+    by_page: dict[int, list[Block]] = {}
+    for b in blocks:
+        if b.type in _CHECKED_TYPES and len(tokenize(b.text)) >= 2:
+            by_page.setdefault(b.page, []).append(b)
+    for page, items in sorted(by_page.items()):
+        rotation = doc.page_rotation(page)
+        if rotation == 0 or not doc.has_text(page):
+            continue
+        w, h = doc.page_sizes[page - 1]
+        agree = 0
+        for b in items:
+            x0, y0, x1, y1 = b.bbox
+            box = (max(0.0, x0), max(0.0, y0), min(w, x1), min(h, y1))
+            inside = doc.text_in_bbox(page, box) if box[2] > box[0] and box[3] > box[1] else ""
+            agree += token_f1(b.text, inside) >= 0.5
+        if agree < ROTATED_MIN_AGREEMENT * len(items):
+            raise InputError(
+                f"{source}: page {page} has /Rotate {rotation} and only {agree} of {len(items)} text boxes hold their "
+                f"text in {doc.path}; the boxes are not in the displayed page's space (convert with Docling's "
+                "docling-parse backend)"
+            )
 
 
 class DoclingParser:

@@ -4,7 +4,8 @@ No model is involved: it groups the text layer's line runs (:meth:`Document.text
 origin) into paragraphs, titles, list items, captions, table footnotes, headers and footers; finds tables as
 consecutive column-aligned rows of separated cells; and finds figures as image objects and clusters of vector
 drawing objects. Its limits are those of the text layer: a scanned page (no text layer) becomes one ``figure``
-block covering the page, with a warning; equations are not recognised (they come out as ``text``).
+block covering the page, with a warning; equations are not recognised (they come out as ``text``). Hyphenated line ends are rejoined, list bullets drawn
+as graphics are seen, and a bold run-in heading ("Results. We ...") leaves its paragraph ``text``.
 
 Every bbox it returns is ``(x0, y0, x1, y1)`` in PDF points of the displayed (rotated) page, origin top-left;
 pages are 1-based; block ids are 0..N-1 in reading order (page by page: headers, body, footers).
@@ -24,12 +25,12 @@ import numpy as np
 import pypdfium2 as pdfium
 from scipy import ndimage
 
-from data_prep.document import Document, TextLine
+from data_prep.document import SOFT_HYPHEN, Document, TextLine
 from data_prep.parsers import PARSERS
 from data_prep.text import tokenize
 from data_prep.types import BBox, Block, InputError, clip_bbox, renumber
 
-PDFTEXT_VERSION = 1
+PDFTEXT_VERSION = 2
 """Bumped whenever a change may change the blocks this parser returns (it is part of the cache key)."""
 
 _CAPTION_RE = re.compile(
@@ -95,6 +96,12 @@ class PdfTextConfig:
     """A drawing cluster whose area is covered more than this by text lines is a framed text box, not a figure."""
     background_share: float = 0.8
     """Drawing objects covering more than this share of the page are page backgrounds and are ignored."""
+    bullet_min_em: float = 0.15
+    """A drawn list bullet (a dot or square left of a line, not a glyph) is at least this big (em of the line)..."""
+    bullet_max_em: float = 0.8
+    """...and at most this big (em), roughly square..."""
+    bullet_gap_em: float = 2.0
+    """...and its right edge lies at most this far (em) left of the line's first character."""
 
 
 @dataclass
@@ -155,21 +162,31 @@ def _is_cjk(ch: str) -> bool:
 
 
 def join_lines(texts: list[str]) -> str:
-    """Join the lines of a paragraph: no space between two CJK characters (Chinese wraps mid-sentence), one
-    space otherwise.
+    """Join the lines of a paragraph: no space between two CJK characters (Chinese wraps mid-sentence), none
+    after a line that ends in a soft hyphen (U+00AD, see :meth:`Document.text_lines`: the word goes on, the mark
+    is dropped), one space otherwise.
 
     >>> join_lines(["深圳站点的发电", "效率。", "Next line"])
     '深圳站点的发电效率。 Next line'
+    >>> join_lines(["The experi\u00ad", "ment worked"])
+    'The experiment worked'
     """
     out = ""
     for t in texts:
         t = t.strip()
         if not t:
             continue
-        if out and not (_is_cjk(out[-1]) and _is_cjk(t[0])):
+        if out.endswith(SOFT_HYPHEN):
+            out = out[:-1]
+        elif out and not (_is_cjk(out[-1]) and _is_cjk(t[0])):
             out += " "
         out += t
-    return out
+    return out.removesuffix(SOFT_HYPHEN)
+
+
+def _hard(text: str) -> str:
+    """A run joined to a later run of the same line: a soft hyphen at its end was a real hyphen after all."""
+    return text[:-1] + "-" if text.endswith(SOFT_HYPHEN) else text
 
 
 class _PageParser:
@@ -500,17 +517,33 @@ class _PageParser:
                 ):
                     main = prev if len(prev.text) >= len(ln.text) else ln
                     sep = "" if _is_cjk(prev.text[-1]) and _is_cjk(ln.text[0]) else " "
-                    out[-1] = _Line(
-                        prev.text + sep + ln.text, _union([prev.bbox, ln.bbox]), main.size, main.bold, prev.index
-                    )
+                    # Bold only if both parts are: a bold run-in heading does not make its sentence a title.
+                    bold = prev.bold and ln.bold
+                    text = _hard(prev.text) + sep + ln.text
+                    out[-1] = _Line(text, _union([prev.bbox, ln.bbox]), main.size, bold, prev.index)
                     continue
             out.append(ln)
         return out
+
+    def _graphic_bullet(self, ln: _Line) -> bool:
+        """Whether a small drawing (a dot or square drawn as a path or image, not as a glyph) sits just left of the
+        line, on its middle: a list bullet the text layer does not show."""
+        cfg = self.cfg
+        em = max(ln.size, 1.0)
+        cy = (ln.bbox[1] + ln.bbox[3]) / 2
+        for (x0, y0, x1, y1), _ in self.graphics:
+            w, h = x1 - x0, y1 - y0
+            if not (cfg.bullet_min_em * em <= max(w, h) <= cfg.bullet_max_em * em and min(w, h) >= 0.5 * max(w, h)):
+                continue
+            if y0 <= cy <= y1 and ln.bbox[0] - cfg.bullet_gap_em * em <= x1 <= ln.bbox[0] + 0.1 * em:
+                return True
+        return False
 
     def _paragraphs(self, lines: list[_Line]) -> list[list[_Line]]:
         paras: list[list[_Line]] = []
         for ln in sorted(lines, key=lambda x: x.index):
             forced = bool(_CAPTION_RE.match(ln.text) or _BULLET_RE.match(ln.text) or _FOOTNOTE_RE.match(ln.text))
+            forced = forced or self._graphic_bullet(ln)
             best, best_gap = None, math.inf
             if not forced:
                 for p in paras[-12:]:  # open paragraphs near in the text order (columns interleave)
@@ -557,7 +590,7 @@ class _PageParser:
             type_ = "title"
         elif len(lines) <= 2 and all(ln.bold for ln in lines) and len(tokenize(text)) <= 15 and len(text) < 100:
             type_ = "title"
-        elif _BULLET_RE.match(first):
+        elif _BULLET_RE.match(first) or self._graphic_bullet(lines[0]):
             type_ = "list"
         else:
             type_ = "text"
@@ -650,7 +683,8 @@ class PdfTextParser:
         for i, d in enumerate(drafts):
             w, h = doc.page_sizes[d.page - 1]
             parent = ids.get(id(d.parent)) if d.parent is not None else None
-            blocks.append(Block(i, d.page, clip_bbox(d.bbox, w, h), d.type, d.text, parent))
+            text = d.text.replace(SOFT_HYPHEN, "")  # a hyphen mark no joiner consumed (a one-line block)
+            blocks.append(Block(i, d.page, clip_bbox(d.bbox, w, h), d.type, text, parent))
         return renumber(blocks)
 
 
@@ -673,8 +707,9 @@ def _merge_fragments(lines: list[TextLine], cfg: PdfTextConfig) -> list[_Line]:
             if h > 0 and overlap >= 0.5 * h and -0.3 * em <= gap <= cfg.fragment_gap_em * em:
                 sep = "" if gap < 0.15 * em or (_is_cjk(prev.text[-1]) and _is_cjk(t.text[0])) else " "
                 n = len(t.text)
-                size, bold = (t.font_size, t.bold) if n > weights[-1] else (prev.size, prev.bold)
-                out[-1] = _Line(prev.text + sep + t.text, _union([prev.bbox, t.bbox]), size, bold, prev.index)
+                size = t.font_size if n > weights[-1] else prev.size
+                bold = prev.bold and t.bold  # a bold lead-in plus plain text is not a bold line
+                out[-1] = _Line(_hard(prev.text) + sep + t.text, _union([prev.bbox, t.bbox]), size, bold, prev.index)
                 weights[-1] += n
                 continue
         out.append(_Line(t.text, t.bbox, t.font_size, t.bold, len(out)))

@@ -19,7 +19,10 @@ each step calls the judge (chat completions) and the embedder (embeddings) at ``
 
 Knobs (environment): ``QUOTECITE_STANDIN_STEP_SECONDS`` (default 1.0); ``QUOTECITE_STANDIN_SLOW_SAVE=STEP:SECONDS``
 pauses once, half-way through writing checkpoint STEP (after the shards, before the adapter, ``dataloader.pt`` and
-the tracker), so a test can kill the job mid-checkpoint; ``QUOTECITE_STANDIN_FAIL_AT_START=message`` exits 1.
+the tracker), so a test can kill the job mid-checkpoint; ``QUOTECITE_STANDIN_FAIL_AT_START=message`` exits 1;
+``QUOTECITE_STANDIN_GATE=PATH``: the trainer starts step N only once PATH holds an integer >= N (it waits, polling,
+when the file is missing or lower), so a test decides exactly where a job stands when it signals or requeues it,
+whatever the machine's speed.
 Metric values are a pure function of the step, so a rerun of a step logs the same numbers.
 """
 
@@ -93,6 +96,7 @@ class Trainer:
         self.embed_url = os.environ.get("QUOTECITE_EMBED_URL", "")
         self.judge_model = os.environ.get("QUOTECITE_JUDGE_MODEL", "")
         self.metrics_dir = os.environ.get("QUOTECITE_METRICS_DIR", "")
+        self.gate = os.environ.get("QUOTECITE_STANDIN_GATE", "")
         self.stop = False
         self.step = 0
         self.cfg = cfg
@@ -171,6 +175,23 @@ class Trainer:
             print(f"pausing {seconds}s in the middle of writing global_step_{self.step}", flush=True)
             time.sleep(float(seconds))
 
+    def wait_for_gate(self, step: int) -> None:
+        """Block until the gate file allows ``step`` or SIGUSR1 arrives (no gate: return at once)."""
+        if not self.gate:
+            return
+        announced = False
+        while not self.stop:
+            try:
+                allowed = int(Path(self.gate).read_text().strip() or "0")
+            except (OSError, ValueError):  # missing, or caught half-written
+                allowed = 0
+            if allowed >= step:
+                return
+            if not announced:
+                print(f"waiting at the gate before step {step} (allowed: {allowed})", flush=True)
+                announced = True
+            time.sleep(0.05)
+
     # --------------------------------------------------------------- the loop
     def call_servers(self) -> dict:
         counters = {"judge_calls": 0, "embed_calls": 0}
@@ -200,6 +221,9 @@ class Trainer:
             self.log({"val": {"overall": 0.5}}, self.step)
         saved = True
         while self.step < self.max_steps:
+            self.wait_for_gate(self.step + 1)
+            if self.stop:  # SIGUSR1 while held at the gate: the last step is done and saved or logged
+                break
             self.step += 1
             time.sleep(self.step_seconds)
             counters = self.call_servers()

@@ -1,9 +1,14 @@
 """Stand-in for ``vllm serve MODEL --host H --port P ...``: the project's scripted OpenAI server on that port.
 
-It takes vLLM's command line as the launch script builds it (unknown flags such as ``--gpu-memory-utilization``
-are accepted and recorded), prints one JSON line describing how it was started (argv, CUDA_VISIBLE_DEVICES) so
-tests can check the GPU split of a real job, then serves ``/health``, ``/v1/models``, chat completions and
-embeddings until SIGTERM. ``--never-healthy`` makes ``/health`` answer 503 forever (a judge that never loads).
+It takes vLLM's command line as the launch script builds it and checks the flags the launch uses the way vLLM
+0.18.1 (the version slurm/env.sh pins) does, read from its ``vllm/engine/arg_utils.py`` and ``vllm/config/``:
+``--gpu-memory-utilization`` a float in (0, 1] (``CacheConfig``), ``--max-model-len`` an int, ``--runner`` one of
+auto/generate/pooling/draft, ``--convert`` one of auto/none/embed/classify, ``--limit-mm-per-prompt`` a JSON object
+of counts or option dicts (``MultiModalConfig.limit_per_prompt``). Any other flag is an error (exit 2), as in
+vLLM, so a misspelt flag in the launch fails the tests instead of the first GPU job. It prints one JSON line
+describing how it was started (argv, parsed settings, CUDA_VISIBLE_DEVICES) so tests can check the GPU split of a
+real job, then serves ``/health``, ``/v1/models``, chat completions and embeddings until SIGTERM.
+``--never-healthy`` makes ``/health`` answer 503 forever (a judge that never loads).
 
     python -m tests.standins.vllm_serve serve Qwen/Qwen3.5-9B --port 8000 --gpu-memory-utilization 0.55
 """
@@ -20,6 +25,27 @@ import threading
 from tests.support.openai_server import ScriptedOpenAIServer
 
 
+def _fraction(v: str) -> float:
+    x = float(v)
+    if not 0.0 < x <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {v}")
+    return x
+
+
+def _limit_mm(v: str) -> dict:
+    try:
+        d = json.loads(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not JSON: {v!r} (vLLM >= 0.10 takes e.g. '{{\"image\": 8}}')") from None
+    ok = isinstance(d, dict) and all(
+        isinstance(k, str) and ((isinstance(n, int) and not isinstance(n, bool) and n >= 0) or isinstance(n, dict))
+        for k, n in d.items()
+    )
+    if not ok:
+        raise argparse.ArgumentTypeError(f"expected a JSON object of modality -> count, got {v}")
+    return d
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "serve":
@@ -29,11 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--served-model-name", default=None)
-    ap.add_argument("--runner", default="generate")
+    ap.add_argument("--runner", default="auto", choices=["auto", "generate", "pooling", "draft"])
+    ap.add_argument("--convert", default="auto", choices=["auto", "none", "embed", "classify"])
+    ap.add_argument("--gpu-memory-utilization", type=_fraction, default=0.9)
+    ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--limit-mm-per-prompt", type=_limit_mm, default=None)
     ap.add_argument("--embed-dim", type=int, default=8)
     ap.add_argument("--never-healthy", action="store_true", help="/health answers 503 forever")
     ap.add_argument("--health-delay", type=float, default=0.0, help="seconds before /health answers 200")
-    args, unknown = ap.parse_known_args(argv)
+    args = ap.parse_args(argv)
     name = args.served_model_name or args.model
     print(
         json.dumps(
@@ -42,10 +72,13 @@ def main(argv: list[str] | None = None) -> int:
                 "model": args.model,
                 "served_model_name": name,
                 "runner": args.runner,
+                "convert": args.convert,
+                "gpu_memory_utilization": args.gpu_memory_utilization,
+                "max_model_len": args.max_model_len,
+                "limit_mm_per_prompt": args.limit_mm_per_prompt,
                 "port": args.port,
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "argv": argv,
-                "other_flags": unknown,
             }
         ),
         flush=True,
