@@ -75,8 +75,8 @@ def clean_layer_text(text: str) -> str:
     hyphenated word is whole again ("experi\\x02\\r\\nment" -> "experiment"); ``\\r\\n`` and lone ``\\r`` become
     ``\\n``. Nothing else changes (spacing and line breaks stay for callers that need them).
 
-    >>> clean_layer_text("The experi\x02\r\nment\r\nworked\rwell")
-    'The experiment\nworked\nwell'
+    >>> clean_layer_text("The experi\\x02\\r\\nment\\r\\nworked\\rwell".encode().decode("unicode_escape"))
+    'The experiment\\nworked\\nwell'
     """
     text = _SOFT_BREAK.sub("", text)
     return text.replace("\r\n", "\n").replace("\r", "\n")
@@ -86,6 +86,30 @@ def normalize_text(text: str) -> str:
     """NFKC, lower-case, whitespace collapsed: the form used for fingerprints and text comparisons."""
     text = unicodedata.normalize("NFKC", text).lower()
     return re.sub(r"\s+", " ", text).strip()
+
+
+def fit_scale(page_size: tuple[float, float], max_pixels: float) -> float:
+    """Render scale (pixels per point) for a page of ``page_size`` points under a budget of ``max_pixels``.
+
+    pypdfium2 makes the bitmap ``ceil(width * scale)`` by ``ceil(height * scale)`` pixels, so the scale of
+    ``sqrt(max_pixels / area)`` is shaved until that product fits the budget; the aspect ratio is kept."""
+    w, h = page_size
+    if not (w > 0 and h > 0 and max_pixels > 0):
+        raise ValueError(f"page size {page_size} and pixel budget {max_pixels} must be positive")
+    scale = math.sqrt(max_pixels / (w * h))
+    while math.ceil(w * scale) * math.ceil(h * scale) > max_pixels and scale > 1e-4:
+        scale *= 0.999
+    return scale
+
+
+def render_size(page_size: tuple[float, float], max_pixels: float) -> tuple[int, int]:
+    """Pixel ``(width, height)`` of :meth:`Document.render_page` under ``max_pixels``, without rendering.
+
+    >>> render_size((612.0, 792.0), 1_000_000)
+    (879, 1137)
+    """
+    scale = fit_scale(page_size, max_pixels)
+    return math.ceil(page_size[0] * scale), math.ceil(page_size[1] * scale)
 
 
 class Document:
@@ -389,11 +413,7 @@ class Document:
         if (max_pixels is None) == (dpi is None):
             raise ValueError("give exactly one of max_pixels or dpi")
         if max_pixels is not None:
-            scale = self.scale_for_pixels(page, max_pixels)
-            w, h = self.page_sizes[page - 1]
-            # pdfium rounds the bitmap size; shave the scale so the product stays within the budget.
-            while math.ceil(w * scale) * math.ceil(h * scale) > max_pixels and scale > 1e-4:
-                scale *= 0.999
+            scale = fit_scale(self.page_sizes[page - 1], max_pixels)
         else:
             scale = dpi / 72.0
         with _PDFIUM_LOCK:

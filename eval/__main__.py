@@ -9,6 +9,7 @@ COMMANDS = {
     "resolve": ("eval.cmd_resolve", "turn responses into citations (quotes, question or coordinate controls)"),
     "score": ("eval.cmd_score", "score predictions against gold: box metrics, judge metrics, tables, plots"),
     "compare": ("eval.compare", "paired bootstrap on recall and exact McNemar on SAA between two runs"),
+    "convert": ("eval.convert", "convert a rival system's outputs (LAT, MultAttnAttrib) into prediction JSONL"),
     "report": ("eval.report", "write report.html: pages with gold and cited boxes, quotes, judge scores"),
 }
 

@@ -221,6 +221,10 @@ class Resolver:
                 k = min(self.top_k, len(ids))
                 order = np.argsort(-sim, axis=1, kind="stable")[:, :k] if len(ids) else np.zeros((len(sim), 0), int)
                 extra["candidates"] = [[int(ids[j]) for j in row] for row in order]
+        if self.query == "quotes":
+            # Citations a converter fixed without a quote (a rival system's image citations, eval convert) are
+            # the model's own: they stand next to the resolved quotes.
+            citations += [dict(c) for c in pred.extra.get("fixed_citations", [])]
         elif self.query != "quotes" and (parsed.ok or self.budget is not None):
             budget = len(parsed.quotes) if self.budget is None else self.budget
             query = gold.question if self.query == "question" else f"{gold.question}\n{answer}"
