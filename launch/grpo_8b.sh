@@ -60,6 +60,12 @@
 #                            "<trainer venv>/bin/python -m verl.trainer.main" and "<server venv>/bin/vllm serve";
 #                            the tests put stand-ins here, everything else stays the same)
 #   QUOTECITE_PYTHON         python for launch/runlog.py (default REPO/.venv/bin/python)
+#   QUOTECITE_PREFLIGHT      1 (default): once both servers are healthy and before the trainer starts, run the reward's
+#                            check (python -m reward check: every row's cache entry, page window, images and
+#                            encoder, one judge and one embedding request) with the trainer's python, environment and
+#                            overrides and no GPU; a failure ends the job with the check's message and no
+#                            resubmission (as a server that never becomes healthy). 0: skip it.
+#   QUOTECITE_CHECK_PYTHON   python for the check (default: the trainer's, where the reward runs)
 set -uo pipefail
 
 # ------------------------------------------------------------------------------------------------ arguments
@@ -126,6 +132,9 @@ elif [[ -x ${QC_TRAINER_PY:-} ]]; then
 else
   QC_PY=python3
 fi
+# The reward's pre-flight check runs where the reward will: the trainer's python (QC_DEFAULT_TRAINER's).
+QC_CHECK_PY=${QUOTECITE_CHECK_PYTHON:-${QC_TRAINER_PY:-$QC_PY}}
+[[ ${QUOTECITE_ENV_SETUP:-1} == 1 ]] || QC_CHECK_PY=${QUOTECITE_CHECK_PYTHON:-$QC_PY}
 read -r -a QC_TRAINER_CMD <<<"${QUOTECITE_TRAINER_CMD:-$QC_DEFAULT_TRAINER}"
 read -r -a QC_JUDGE_CMD <<<"${QUOTECITE_JUDGE_CMD:-$QC_DEFAULT_SERVE}"
 read -r -a QC_EMBED_CMD <<<"${QUOTECITE_EMBED_CMD:-$QC_DEFAULT_SERVE}"
@@ -182,6 +191,38 @@ qc_trainer_env() {
   )
 }
 
+# qc_preflight LOGDIR: the reward's check (python -m reward check) of the data, the cache and the live servers, run as
+# the reward will run (the trainer's python, environment and overrides; no GPU, like EasyR1's reward actor), output
+# in LOGDIR/check.log. Returns 1 with QC_CHECK_ERROR (the check's one line per problem kind) when anything is wrong.
+qc_preflight() {
+  local log=$1/check.log rc lines
+  local argv=(env "${QC_TRAINER_ENV[@]}" CUDA_VISIBLE_DEVICES= "$QC_CHECK_PY" -m reward check --recipe "$QC_RECIPE"
+    --judge-url "$QC_JUDGE_URL" --judge-model "$QC_JUDGE_MODEL" --embed-url "$QC_EMBED_URL" -- "${QC_OVERRIDES[@]:1}")
+  if [[ $QC_DRY_RUN == 1 ]]; then
+    echo "+ $(qc_quote "${argv[@]}") > $log 2>&1"
+    return 0
+  fi
+  qc_log "reward check: the training data, the block cache and both servers (log: $log)"
+  # In the background so that a signal (scancel, requeue, USR1) is handled while it runs, not after it ends.
+  "${argv[@]}" >"$log" 2>&1 </dev/null &
+  QC_PID_check=$!
+  while :; do
+    wait "$QC_PID_check"
+    rc=$?
+    kill -0 "$QC_PID_check" 2>/dev/null || break
+  done
+  ((rc > 128)) && { wait "$QC_PID_check" 2>/dev/null; rc=$?; }  # the wait was cut short by a trapped signal
+  QC_PID_check=0
+  if ((rc == 0)); then
+    qc_log "reward check passed"
+    return 0
+  fi
+  lines=$(sed -n 's/^reward check failed: //p' "$log" | paste -sd ';' -)
+  lines=${lines//;/; }
+  QC_CHECK_ERROR="reward check failed (exit $rc): ${lines:-see its log $log}"
+  return 1
+}
+
 # ------------------------------------------------------------------------------------------------ dry run
 if [[ $QC_DRY_RUN == 1 ]]; then
   qc_trainer_env "$QC_RUN_DIR/segments/JOBID-N" "JOBID-N"
@@ -202,6 +243,12 @@ EOF
   echo "# 2. servers on GPU $QC_SERVER_GPUS, one after the other (vLLM sizes its memory from what is free)"
   qc_serve judge "$QC_RUN_DIR/segments/JOBID-N"
   qc_serve embed "$QC_RUN_DIR/segments/JOBID-N"
+  if [[ ${QUOTECITE_PREFLIGHT:-1} == 0 ]]; then
+    echo "# reward check skipped (QUOTECITE_PREFLIGHT=0)"
+  else
+    echo "# reward check (data, cache, one judge and one embedding request); a failure stops the job, no resubmission"
+    qc_preflight "$QC_RUN_DIR/segments/JOBID-N"
+  fi
   echo "# 3. trainer on GPUs $QC_TRAINER_GPUS"
   qc_start trainer "$QC_RUN_DIR/segments/JOBID-N/trainer.log" "$QC_TRAINER_GPUS" -- \
     env "${QC_TRAINER_ENV[@]}" "${QC_TRAINER_CMD[@]}" "${QC_OVERRIDES[@]}"
@@ -241,6 +288,7 @@ qc_on_term() {
   trap '' TERM INT USR1
   qc_log "SIGTERM: stopping (no resubmission)"
   qc_stop "$QC_PID_trainer" trainer 5
+  qc_stop "${QC_PID_check:-0}" "reward check" 5
   qc_stop_servers 5
   if [[ -n $QC_SEGMENT ]]; then
     qc_finish terminated 143 "SIGTERM from Slurm (cancel, requeue or wall time)"
@@ -280,6 +328,18 @@ for QC_WHICH in judge embed; do
     qc_die "$QC_HEALTH_ERROR. The chain stops here (no job submitted)." "$QC_SEGMENT_DIR/$QC_WHICH.log"
   fi
 done
+
+# The reward's check against the live servers; a failure is misconfiguration: stop here, like a server that never
+# became healthy (no resubmission; the segment records the check's message).
+qc_trainer_env "$QC_SEGMENT_DIR" "$QC_SEGMENT"
+if [[ ${QUOTECITE_PREFLIGHT:-1} == 0 ]]; then
+  qc_log "reward check skipped (QUOTECITE_PREFLIGHT=0)"
+elif [[ $QC_STOP_REQUESTED == 0 ]] && ! qc_preflight "$QC_SEGMENT_DIR"; then
+  trap '' TERM INT USR1
+  qc_stop_servers
+  qc_finish server_failed "" "$QC_CHECK_ERROR"
+  qc_die "$QC_CHECK_ERROR. The chain stops here (no job submitted)." "$QC_SEGMENT_DIR/check.log"
+fi
 
 # The trainer (unless the warning signal came while the servers were loading).
 QC_STATUS=""

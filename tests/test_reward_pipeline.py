@@ -219,6 +219,20 @@ def test_embedding_outage_makes_responses_unscorable(cache):
     assert dict(scorer.last.unscorable_reasons) == {"embed": 1}
 
 
+def test_unreachable_quote_encoder_server_makes_responses_unscorable_not_a_crash(cache, monkeypatch):
+    import reward.pipeline as pipeline
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("embedder at http://127.0.0.1:9/v1 refused the connection")
+
+    monkeypatch.setattr(pipeline, "make_quote_encoder", unreachable)
+    scorer = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical"))
+    g = gt(cache)
+    out = [b for b, _ in scorer.score([inp({"answer": "Shenzhen", "quotes": [EN]}, g), inp("prose", g)])]
+    assert [(b.overall, b.unscorable) for b in out] == [(0.0, 1.0), (0.0, 0.0)]
+    assert dict(scorer.last.unscorable_reasons) == {"embed": 1}
+
+
 # --------------------------------------------------------------------------------------------- misconfiguration
 def test_misconfiguration_raises_on_the_first_call(cache, tmp_path, monkeypatch):
     good = [inp({"answer": "a", "quotes": [EN]}, gt(cache))]

@@ -1,0 +1,703 @@
+"""``python -m reward check``: find, before a training run starts, every misconfiguration the reward would only
+meet hours into it (a document first sampled at step 90 with no cache entry, a page window past a document's end,
+a judge URL that answers 404).
+
+    python -m reward check --data TRAIN.parquet [--data VAL.parquet] --recipe recipes/qwen3vl_8b_grpo.yaml
+    python -m reward check --data TRAIN.parquet --cache-dir DIR [--judge-url URL --judge-model M] [--embed-url URL]
+
+What it checks, on every row of every data file (EasyR1 parquet: ``prompt``, ``images``, ``answer`` = packed
+ground truth, ``doc_key``, ``n_images``; the recipe's ``data.*_key`` names are honoured):
+
+* the answer column unpacks (:func:`reward.groundtruth.unpack_ground_truth`) and agrees with the ``doc_key`` column;
+* each ``doc_key`` has a valid cache entry (:func:`data_prep.cache.load_cache`, once per document);
+* the page window (1-based, inclusive) lies inside the document;
+* the cache holds block embeddings of the encoder the reward will embed quotes with
+  (:meth:`reward.pipeline.RewardScorer.encoder_for`, the reward's own check), and that encoder answers one probe;
+* with the ``http`` judge, each document's PDF is where the cache says and unchanged (the judge's crops are cut
+  from it; :meth:`data_prep.cache.CachedDoc.open_pdf`);
+* every image exists (relative paths joined to ``data.image_dir`` as EasyR1 does; without a recipe, to the data
+  file's folder, where ``data_prep longdocurl`` writes them), and the image count equals the window's page count
+  (the whole document without a window), the ``<image>`` placeholders of the prompt (rendered with the recipe's
+  ``data.format_prompt``, as EasyR1 does) and ``n_images``.
+
+With a judge URL it sends one real judge request through the reward's own client (a crop of the smallest block of
+the first row's window, the row's question and gold answer) and checks that the answer parses into three scores;
+with an embedding URL the probe of an HTTP encoder goes to that server. It prints a summary (rows, documents,
+problems by kind with the first examples) and exits 1 with one line per problem kind on stderr
+(``reward check failed: KIND: ...``) when anything is wrong, 0 otherwise. :func:`check_training_set` is the same check as a
+function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import math
+import os
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from data_prep.types import InputError
+
+PROBLEM_KINDS: dict[str, str] = {
+    "config": "the reward settings or the recipe do not make a working reward",
+    "data": "a data file is missing, unreadable or lacks a column",
+    "ground_truth": "a row's answer column does not unpack, or names another doc_key than its doc_key column",
+    "cache": "a doc_key has no valid cache entry",
+    "window": "a row's page window lies outside its document",
+    "encoder": "the cache has no block embeddings of the encoder the reward will use",
+    "pdf": "a cached document's PDF is missing or changed (the judge's crops are cut from it)",
+    "missing_image": "an image file of a row does not exist",
+    "image_count": "a row's image count differs from its window's pages, its <image> placeholders or n_images",
+    "judge": "the judge probe got no valid score",
+    "embed": "the quote encoder's probe failed",
+}
+"""Every kind of problem the check reports, in report order."""
+
+PROBE_TEXT = "Revenue grew by 12% in 2023."
+"""Text embedded by the encoder probe when the data gives no block text."""
+
+FAILURE_PREFIX = "reward check failed: "
+"""Prefix of the one line per problem kind on stderr (the launch quotes these lines in its error)."""
+
+URL_SETTINGS = ("judge_url", "embed_url")
+"""Reward settings the launch provides at run time: left unset (not an error) when the recipe's env is absent."""
+
+_ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing that would fail the reward.
+
+    Attributes:
+        kind: one of :data:`PROBLEM_KINDS`.
+        where: the row (``file row N (qid Q)``, rows 0-based), the document or the setting concerned.
+        message: what is wrong, in one line.
+        doc_key: the document concerned, if any.
+        rows: rows affected (a document's problem counts every row of that document).
+    """
+
+    kind: str
+    where: str
+    message: str
+    doc_key: str | None = None
+    rows: int = 1
+
+
+@dataclass
+class CheckReport:
+    """What :func:`check_training_set` found."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    """Rows read per data file."""
+    documents: int = 0
+    """Distinct doc_keys of the rows."""
+    encoders: Counter = field(default_factory=Counter)
+    """Documents per cache encoder name (``none``: no embeddings)."""
+    probes: dict[str, str] = field(default_factory=dict)
+    """``judge`` / ``embed``: what the probe did (``ok ...``, ``failed ...`` or why it did not run)."""
+    notes: list[str] = field(default_factory=list)
+    """Things worth knowing that are not problems."""
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def by_kind(self) -> dict[str, list[Problem]]:
+        """Problems grouped by kind, in :data:`PROBLEM_KINDS` order."""
+        out: dict[str, list[Problem]] = {}
+        for kind in PROBLEM_KINDS:
+            found = [p for p in self.problems if p.kind == kind]
+            if found:
+                out[kind] = found
+        return out
+
+    @staticmethod
+    def _extent(problems: list[Problem]) -> str:
+        rows = sum(p.rows for p in problems)
+        docs = len({p.doc_key for p in problems if p.doc_key})
+        parts = [f"{rows} row{'s' * (rows != 1)}"] if rows else []
+        if docs:
+            parts.append(f"{docs} document{'s' * (docs != 1)}")
+        return ", ".join(parts) or f"{len(problems)} problem{'s' * (len(problems) != 1)}"
+
+    def failure_lines(self) -> list[str]:
+        """One line per problem kind: ``KIND: EXTENT: first message``."""
+        return [
+            f"{k}: {self._extent(ps)}: {ps[0].message}" + (f" (and {len(ps) - 1} more)" if len(ps) > 1 else "")
+            for k, ps in self.by_kind().items()
+        ]
+
+    def format(self, max_examples: int = 3) -> str:
+        """The human-readable summary."""
+        lines = [
+            f"reward check: {sum(self.rows.values())} rows in {len(self.rows)} data file(s), "
+            f"{self.documents} documents"
+        ]
+        lines += [f"  {name}: {n} rows" for name, n in self.rows.items()]
+        if self.encoders:
+            lines.append("  cache encoders: " + ", ".join(f"{k} ({v} documents)" for k, v in self.encoders.items()))
+        lines += [f"  {name} probe: {text}" for name, text in self.probes.items()]
+        lines += [f"  note: {n}" for n in self.notes]
+        if self.ok:
+            lines.append("no problems found")
+            return "\n".join(lines)
+        lines.append("problems:")
+        for kind, ps in self.by_kind().items():
+            lines.append(f"  {kind} ({self._extent(ps)}): {PROBLEM_KINDS[kind]}")
+            lines += [f"    - {p.where}: {p.message}" for p in ps[:max_examples]]
+            if len(ps) > max_examples:
+                lines.append(f"    ... and {len(ps) - max_examples} more")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------- the recipe
+class _Unset:
+    """A ``${oc.env:NAME}`` whose variable is not set (and has no default)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"${{oc.env:{self.name}}}"
+
+
+def resolve_env(value, env: dict[str, str] | None = None):
+    """Resolve OmegaConf's ``${oc.env:NAME}`` / ``${oc.env:NAME,default}`` in a recipe value, recursively, as EasyR1
+    does when it builds its config. A string naming an unset variable without a default becomes an :class:`_Unset`.
+
+    >>> resolve_env({"a": "${oc.env:QC_X,7}/train.parquet", "b": ["${oc.env:QC_Y}"]}, {"QC_Y": "y"})
+    {'a': '7/train.parquet', 'b': ['y']}
+    """
+    env = os.environ if env is None else env
+    if isinstance(value, dict):
+        return {k: resolve_env(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_env(v, env) for v in value]
+    if not isinstance(value, str) or "${oc.env:" not in value:
+        return value
+    unset: list[str] = []
+
+    def sub(m: re.Match) -> str:
+        name, default = m.group(1), m.group(2)
+        if env.get(name) is not None:
+            return env[name]
+        if default is not None:
+            return default.strip().strip("'\"")
+        unset.append(name)
+        return ""
+
+    out = _ENV.sub(sub, value)
+    return _Unset(unset[0]) if unset else out
+
+
+def _dig(d, dotted: str, default=None):
+    for k in dotted.split("."):
+        if not isinstance(d, dict) or k not in d:
+            return default
+        d = d[k]
+    return d
+
+
+@dataclass
+class RecipeSettings:
+    """What the check needs from an EasyR1 recipe (interpolations resolved)."""
+
+    uses_quote_reward: bool
+    """``worker.reward.reward_function`` is ``reward/quote_reward.py``."""
+    reward_kwargs: dict
+    data_files: list[str]
+    image_dir: object = None
+    prompt_key: str = "prompt"
+    answer_key: str = "answer"
+    image_key: str = "images"
+    format_prompt: object = None
+
+
+def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
+    """EasyR1's command-line ``key.path=value`` overrides applied to a recipe dict (values parsed as YAML scalars,
+    as OmegaConf does); arguments without ``=`` are ignored.
+
+    >>> apply_overrides({"data": {"val_files": "v"}}, ["data.train_files=/d/t.parquet", "trainer.max_steps=8"])
+    {'data': {'val_files': 'v', 'train_files': '/d/t.parquet'}, 'trainer': {'max_steps': 8}}
+    """
+    import yaml
+
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            continue
+        try:
+            parsed = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            parsed = value
+        node = recipe
+        *parents, last = key.strip().split(".")
+        for k in parents:
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+        node[last] = parsed
+    return recipe
+
+
+def read_recipe(
+    path: str | Path, env: dict[str, str] | None = None, overrides: list[str] | None = None
+) -> RecipeSettings:
+    """The reward and data settings of an EasyR1 recipe YAML with ``overrides`` (``key=value``) applied. Raises
+    :class:`InputError` when unreadable."""
+    import yaml
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as e:
+        raise InputError(f"recipe {path}: cannot read ({e.strerror or e})") from None
+    except yaml.YAMLError as e:
+        raise InputError(f"recipe {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"recipe {path}: not a YAML mapping")
+    r = resolve_env(apply_overrides(raw, list(overrides or [])), env)
+    fn = _dig(r, "worker.reward.reward_function") or ""
+    kwargs = _dig(r, "worker.reward.reward_function_kwargs") or {}
+    files = [_dig(r, "data.train_files"), _dig(r, "data.val_files")]
+    return RecipeSettings(
+        uses_quote_reward=isinstance(fn, str) and Path(fn.split(":")[0]).name == "quote_reward.py",
+        reward_kwargs=dict(kwargs) if isinstance(kwargs, dict) else {},
+        data_files=[f for f in files if f not in (None, "")],
+        image_dir=_dig(r, "data.image_dir"),
+        prompt_key=_dig(r, "data.prompt_key") or "prompt",
+        answer_key=_dig(r, "data.answer_key") or "answer",
+        image_key=_dig(r, "data.image_key") or "images",
+        format_prompt=_dig(r, "data.format_prompt"),
+    )
+
+
+# --------------------------------------------------------------------------------------------- data files
+def _parquet_files(spec: str) -> list[Path]:
+    """EasyR1's ``data.train_files``: a parquet file or a folder of them, optionally ``@split``."""
+    p = Path(spec)
+    if not p.exists() and "@" in spec:
+        p = Path(spec.rsplit("@", 1)[0])
+    if p.is_dir():
+        return sorted(p.glob("*.parquet"))
+    return [p]
+
+
+def _read_rows(path: Path, columns: list[str]) -> tuple[list[dict] | None, str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        return None, f"{path}: no such file"
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException) as e:
+        return None, f"{path}: not a readable parquet file ({e})"
+    missing = [c for c in columns if c not in schema.names]
+    if missing:
+        return None, f"{path}: no column(s) {', '.join(missing)} (has {', '.join(schema.names)})"
+    keep = [c for c in (*columns, "doc_key", "n_images") if c in schema.names]
+    try:
+        return pq.read_table(path, columns=list(dict.fromkeys(keep))).to_pylist(), ""
+    except (OSError, pa.ArrowException) as e:
+        return None, f"{path}: unreadable ({e})"
+
+
+def _tiny_png() -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), "white").save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _takes_url(name: str) -> bool:
+    """Whether encoder ``name`` can be served over HTTP (takes a ``url``), as :func:`make_quote_encoder` decides."""
+    import inspect
+
+    from data_prep.encoders import ENCODERS, encoder_names
+
+    encoder_names()
+    try:
+        params = inspect.signature(ENCODERS.get(name)).parameters
+    except KeyError:
+        return False
+    return "url" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+# --------------------------------------------------------------------------------------------- the check
+def check_training_set(
+    data_files: list[str | Path],
+    config,
+    *,
+    image_dir: str | Path | None = None,
+    prompt_key: str = "prompt",
+    answer_key: str = "answer",
+    image_key: str = "images",
+    format_prompt: str | Path | None = None,
+    probe: bool = True,
+) -> CheckReport:
+    """Check ``data_files`` (EasyR1 parquet) against the reward settings ``config``
+    (:class:`reward.config.RewardConfig`); see the module docstring for what is checked.
+
+    ``image_dir``: folder relative image paths are joined to (EasyR1's ``data.image_dir``); None: each data file's
+    folder. ``format_prompt``: the recipe's jinja format prompt, rendered around each prompt before its
+    ``<image>`` placeholders are counted. ``probe``: run the encoder probe and, with a judge URL, the judge probe.
+    Never raises for a problem it finds: every one is in the report."""
+    from data_prep.cache import CacheError, load_cache
+    from reward.groundtruth import unpack_ground_truth
+    from reward.pipeline import RewardScorer
+
+    report = CheckReport()
+    problems = report.problems
+
+    template = None
+    if format_prompt is not None:
+        try:
+            template = Path(format_prompt).read_text(encoding="utf-8")
+        except OSError as e:
+            problems.append(
+                Problem("config", "data.format_prompt", f"{format_prompt}: cannot read ({e.strerror})", rows=0)
+            )
+
+    # The reward's own set-up (cache dir, judge client): the same code and the same errors as its first call.
+    judge_url = config.judge_url if config.judge == "http" else None
+    try:
+        setup = config if config.judge != "http" or judge_url else dataclasses.replace(config, judge="lexical")
+        scorer = RewardScorer(setup)
+    except InputError as e:
+        problems.append(Problem("config", "reward settings", str(e), rows=0))
+        scorer = None
+    judge = scorer.judge if scorer is not None and config.judge == "http" and judge_url else None
+
+    docs: dict[str, object] = {}  # doc_key -> CachedDoc, or the CacheError message
+    doc_rows: Counter = Counter()
+    first_row: dict[str, str] = {}
+    probe_row = None  # (GroundTruth, CachedDoc) of the first row whose document loaded
+    exists: dict[Path, bool] = {}
+
+    for spec in data_files:
+        for path in _parquet_files(str(spec)):
+            rows, err = _read_rows(path, [prompt_key, answer_key, image_key])
+            if rows is None:
+                problems.append(Problem("data", "data file", err, rows=0))
+                continue
+            report.rows[str(path)] = len(rows)
+            if not rows:
+                problems.append(Problem("data", "data file", f"{path}: no rows", rows=0))
+            base = Path(image_dir) if image_dir is not None else path.parent
+            for i, row in enumerate(rows):
+                where = f"{path.name} row {i}"
+                try:
+                    gt = unpack_ground_truth(row[answer_key])
+                except InputError as e:
+                    problems.append(Problem("ground_truth", where, str(e)))
+                    continue
+                where += f" (qid {gt.qid})"
+                if row.get("doc_key") not in (None, gt.doc_key):
+                    problems.append(
+                        Problem(
+                            "ground_truth",
+                            where,
+                            f"doc_key column {row['doc_key']!r} but answer names {gt.doc_key!r}",
+                            gt.doc_key,
+                        )  # fmt: skip
+                    )
+                doc_rows[gt.doc_key] += 1
+                first_row.setdefault(gt.doc_key, where)
+                cached = None
+                if scorer is not None:
+                    if gt.doc_key not in docs:
+                        try:
+                            docs[gt.doc_key] = load_cache(scorer.cache_dir, gt.doc_key)
+                        except CacheError as e:
+                            docs[gt.doc_key] = str(e)
+                    cached = docs[gt.doc_key] if not isinstance(docs[gt.doc_key], str) else None
+                n_pages = cached.n_pages if cached is not None else None
+                if cached is not None and gt.pages is not None and gt.pages[1] > n_pages:
+                    problems.append(
+                        Problem(
+                            "window",
+                            where,
+                            f"page window {list(gt.pages)} exceeds document {gt.doc_key} ({n_pages} pages)",
+                            gt.doc_key,
+                        )  # fmt: skip
+                    )
+                elif cached is not None and probe_row is None:
+                    probe_row = (gt, cached)
+
+                images = row[image_key] or []
+                missing = []
+                for img in images:
+                    p = Path(img)
+                    p = p if p.is_absolute() else base / p
+                    if p not in exists:
+                        exists[p] = p.is_file()
+                    if not exists[p]:
+                        missing.append(str(p))
+                if missing:
+                    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+                    problems.append(Problem("missing_image", where, f"{missing[0]} does not exist{more}", gt.doc_key))
+                counts = []
+                if gt.pages is not None:
+                    counts.append((gt.pages[1] - gt.pages[0] + 1, f"window {list(gt.pages)}"))
+                elif n_pages is not None:
+                    counts.append((n_pages, "whole document"))
+                prompt = row[prompt_key] or ""
+                if template is not None:
+                    from data_prep.longdocurl import render_prompt_text
+
+                    prompt = render_prompt_text(template, prompt)
+                counts.append((prompt.count("<image>"), "<image> placeholders"))
+                if row.get("n_images") is not None:
+                    counts.append((int(row["n_images"]), "n_images"))
+                wrong = [f"{n} ({what})" for n, what in counts if n != len(images)]
+                if wrong:
+                    problems.append(
+                        Problem("image_count", where, f"{len(images)} images but {', '.join(wrong)}", gt.doc_key)
+                    )
+    report.documents = len(doc_rows)
+
+    for key, value in docs.items():
+        if isinstance(value, str):
+            problems.append(Problem("cache", f"document {key} (first: {first_row[key]})", value, key, doc_rows[key]))
+    loaded = {k: v for k, v in docs.items() if not isinstance(v, str)}
+    for cached in loaded.values():
+        report.encoders[(cached.manifest.get("encoder") or {}).get("name") or "none"] += 1
+    if scorer is not None and config.judge == "http":
+        for key, cached in loaded.items():
+            try:
+                cached.open_pdf().close()
+            except InputError as e:
+                problems.append(Problem("pdf", f"document {key}", str(e), key, doc_rows[key]))
+            except Exception as e:  # a PDF that no longer opens
+                problems.append(Problem("pdf", f"document {key}", f"{type(e).__name__}: {e}", key, doc_rows[key]))
+
+    if scorer is not None and config.resolver == "embedding":
+        _check_encoders(scorer, loaded, doc_rows, report, probe, probe_row)
+    elif scorer is not None:
+        report.probes["embed"] = f"not needed (resolver {config.resolver!r} reads block text)"
+
+    if config.judge != "http":
+        report.probes["judge"] = f"not needed (judge {config.judge!r} runs in the reward)"
+    elif scorer is None:
+        report.probes["judge"] = "not run (the reward settings do not build: see config)"
+    elif judge is None:
+        report.probes["judge"] = "not run (no judge URL: give --judge-url)"
+    elif probe:
+        _probe_judge(judge, config, probe_row, report)
+    return report
+
+
+def _check_encoders(scorer, loaded: dict, doc_rows: Counter, report: CheckReport, probe: bool, probe_row) -> None:
+    """Each document's embeddings against the encoder the reward will use; one probe per distinct encoder."""
+    import numpy as np
+
+    from reward.resolve import quote_encoder
+
+    cfg = scorer.config
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for key, cached in loaded.items():
+        meta = cached.manifest.get("encoder") or {}
+        if not meta or cached.embeddings is None:
+            report.problems.append(
+                Problem(
+                    "encoder",
+                    f"document {key}",
+                    f"cache {key} has no block embeddings (built without an "
+                    "encoder); rebuild it with the encoder the reward uses",
+                    key,
+                    doc_rows[key],
+                )  # fmt: skip
+            )
+            continue
+        if cfg.encoder and cfg.encoder != meta.get("name"):
+            report.problems.append(
+                Problem(
+                    "encoder",
+                    f"document {key}",
+                    f"reward setting encoder is {cfg.encoder!r} but cache {key} "
+                    f"was embedded with {meta.get('name')!r}",
+                    key,
+                    doc_rows[key],
+                )  # fmt: skip
+            )
+            continue
+        groups[(meta.get("name"), meta.get("fingerprint") or "")].append(cached)
+    results = []
+    for (name, _), members in groups.items():
+        if not probe:
+            results.append(f"{name}: not run")
+            continue
+        if _takes_url(name) and not cfg.embed_url:
+            results.append(f"{name}: not run (no embedding URL: give --embed-url)")
+            continue
+        first = members[0]
+        try:
+            encoder = scorer.encoder_for(first)  # the reward's own checks: name, fingerprint, dimension
+        except InputError as e:
+            report.problems += [
+                Problem("encoder", f"document {c.key}", str(e), c.key, doc_rows[c.key]) for c in members
+            ]
+            results.append(f"{name}: failed")
+            continue
+        except Exception as e:  # a server that does not answer, a package missing in this environment
+            report.problems.append(Problem("embed", f"encoder {name}", f"{type(e).__name__}: {e}", first.key))
+            results.append(f"{name}: failed")
+            continue
+        for cached in members[1:]:
+            try:
+                quote_encoder(cached, encoder)
+            except InputError as e:
+                report.problems.append(Problem("encoder", f"document {cached.key}", str(e), cached.key,
+                                               doc_rows[cached.key]))  # fmt: skip
+        text = PROBE_TEXT
+        if probe_row is not None and probe_row[1].key == first.key:
+            text = probe_row[0].question
+        t0 = time.perf_counter()
+        try:
+            vec = np.asarray(encoder.embed_texts([text]), dtype=np.float32)
+        except Exception as e:
+            report.problems.append(Problem("embed", f"encoder {name}", f"{type(e).__name__}: {e}", first.key))
+            results.append(f"{name}: failed")
+            continue
+        dim = int(first.embeddings.shape[1])
+        norm = float(np.linalg.norm(vec[0])) if vec.ndim == 2 and len(vec) == 1 else float("nan")
+        if vec.shape != (1, dim) or not np.all(np.isfinite(vec)) or not math.isclose(norm, 1.0, abs_tol=1e-2):
+            report.problems.append(
+                Problem(
+                    "embed",
+                    f"encoder {name}",
+                    f"probe gave shape {vec.shape} (norm {norm:.3g}); the cache needs (1, {dim}) unit vectors",
+                    first.key,
+                )  # fmt: skip
+            )
+            results.append(f"{name}: failed")
+            continue
+        where = f" at {cfg.embed_url}" if _takes_url(name) else " (in-process)"
+        results.append(f"{name}{where}: ok, {dim}-d unit vector in {time.perf_counter() - t0:.2f}s")
+    if results:
+        report.probes["embed"] = "; ".join(results)
+
+
+def _probe_judge(judge, config, probe_row, report: CheckReport) -> None:
+    """One real request through the reward's judge client: the first row's question and gold answer (given as the
+    answer), with a crop of the smallest block of its window (a blank 16x16 image without one)."""
+    from reward.judge import JudgeRequest, crop_pngs
+    from reward.resolve import Citation
+
+    question, gold, crop = "What does the evidence show?", "a test", b""
+    if probe_row is not None:
+        gt, cached = probe_row
+        question, gold = gt.question, gt.answer
+        ids = cached.block_ids_on_pages(gt.pages)
+        blocks = [cached.blocks[int(i)] for i in ids if cached.blocks[int(i)].text.strip()]
+        if blocks:
+            b = min(blocks, key=lambda b: (b.bbox[2] - b.bbox[0]) * (b.bbox[3] - b.bbox[1]))
+            try:
+                crops = crop_pngs(cached, [Citation(b.page, tuple(b.bbox), b.block_id, 1.0, "")], 1, config.crop_dpi)
+                crop = crops[0] if crops else b""
+            except Exception:  # the PDF problem is reported on its own
+                crop = b""
+    request = JudgeRequest(question=question, gold_answer=gold, answer=gold, crops=(crop or _tiny_png(),))
+    t0 = time.perf_counter()
+    try:
+        (scores,) = judge.score_batch([request])
+    except Exception as e:
+        scores = None
+        judge.failure_examples = {"error": f"{type(e).__name__}: {e}"}
+    where = f"{judge.url} (model {judge.model!r})"
+    if scores is None:
+        examples = getattr(judge, "failure_examples", {}) or {}
+        kinds = sorted(set(getattr(judge.stats, "failures", {})) | set(examples))
+        detail = "; ".join(examples.get(k, k) for k in kinds) or "no score"  # each example starts with its kind
+        report.problems.append(
+            Problem("judge", where, f"{where}: {detail}; check judge_url, judge_model and the server", rows=0)
+        )
+        report.probes["judge"] = f"{where}: failed"
+        return
+    report.probes["judge"] = (
+        f"{where}: ok, answer={scores.answer} relevance={scores.relevance} coverage={scores.coverage} "
+        f"in {time.perf_counter() - t0:.2f}s"
+    )
+
+
+# --------------------------------------------------------------------------------------------- the command
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", action="append", default=[], metavar="PARQUET",
+                        help="data file (repeatable); default: the recipe's data.train_files and data.val_files")  # fmt: skip
+    parser.add_argument("--recipe", help="EasyR1 recipe: reward settings and data keys (${oc.env:...} resolved)")
+    parser.add_argument("--cache-dir", help="block cache (overrides the recipe's cache_dir)")
+    parser.add_argument("--judge-url", help="judge base URL, e.g. http://127.0.0.1:8000/v1: sends one probe")
+    parser.add_argument("--judge-model", help="model name the judge serves")
+    parser.add_argument("--embed-url", help="embedding server base URL (for an HTTP encoder): probed")
+    parser.add_argument("--image-dir", help="folder image paths are relative to (default: the recipe's "
+                        "data.image_dir, else each data file's folder)")  # fmt: skip
+    parser.add_argument("--max-examples", type=int, default=3, help="examples shown per problem kind (default 3)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="EasyR1 overrides applied to the recipe (the launch passes the trainer's)")  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from reward.config import RewardConfig
+
+    if not args.recipe and not args.cache_dir:
+        raise InputError("give --recipe (its reward settings) or --cache-dir")
+    kwargs: dict = {}
+    pre: list[Problem] = []
+    notes: list[str] = []
+    data, image_dir, keys, fmt = list(args.data), args.image_dir, {}, None
+    if args.recipe:
+        recipe = read_recipe(args.recipe, overrides=args.overrides)
+        if not recipe.uses_quote_reward and not args.cache_dir:
+            print(f"reward check: recipe {args.recipe} does not use reward/quote_reward.py; nothing to check")
+            return 0
+        for k, v in recipe.reward_kwargs.items():
+            if isinstance(v, _Unset):
+                if k in URL_SETTINGS:
+                    notes.append(f"{k}: env {v.name} is not set here (the launch sets it)")
+                else:
+                    pre.append(Problem("config", f"reward setting {k}", f"{v!r}: env {v.name} is not set", rows=0))
+                continue
+            kwargs[k] = v
+        if not data:
+            data = recipe.data_files
+        for spec in data:
+            if isinstance(spec, _Unset):
+                pre.append(Problem("config", "data files", f"{spec!r}: env {spec.name} is not set", rows=0))
+        data = [d for d in data if not isinstance(d, _Unset)]
+        if image_dir is None and isinstance(recipe.image_dir, str):
+            image_dir = recipe.image_dir
+        elif image_dir is None and isinstance(recipe.image_dir, _Unset):
+            pre.append(Problem("config", "data.image_dir", f"{recipe.image_dir!r}: env not set", rows=0))
+        keys = {"prompt_key": recipe.prompt_key, "answer_key": recipe.answer_key, "image_key": recipe.image_key}
+        fmt = recipe.format_prompt if isinstance(recipe.format_prompt, str) else None
+    for name in ("cache_dir", "judge_url", "judge_model", "embed_url"):
+        if getattr(args, name):
+            kwargs[name] = getattr(args, name)
+    if not data:
+        pre.append(Problem("data", "data files", "no data file: give --data or a recipe with data.train_files",
+                           rows=0))  # fmt: skip
+    try:
+        config = RewardConfig.from_kwargs(**kwargs)
+    except InputError as e:
+        report = CheckReport(problems=[*pre, Problem("config", "reward settings", str(e), rows=0)])
+    else:
+        report = check_training_set(data, config, image_dir=image_dir, format_prompt=fmt, **keys)
+        report.problems[:0] = pre
+    report.notes[:0] = notes
+    print(report.format(args.max_examples), flush=True)
+    if report.ok:
+        print("reward check: ok")
+        return 0
+    for line in report.failure_lines():
+        print(f"{FAILURE_PREFIX}{line}", file=sys.stderr)
+    return 1
