@@ -1,5 +1,6 @@
 """Analyses of a scored run (paper Appendices C, F, H, I): residual decomposition, selective prediction,
-breakdowns by language / question type / element type, and quote fidelity.
+breakdowns by language / question type / element type / answer correctness, quote fidelity, and the
+citation-budget truncation of Appendix H.
 
 All of them read :class:`~eval.metrics.QuestionResult` objects (and, where stated, the blocks of the cache);
 boxes are in PDF points, pages 1-based.
@@ -8,16 +9,17 @@ boxes are in PDF points, pages 1-based.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from data_prep.document import normalize_text
 from data_prep.text import token_f1, tokenize
-from data_prep.types import Block
+from data_prep.types import Block, InputError
 from eval.boxes import containment_matrix, iou_matrix
-from eval.metrics import QuestionResult, get_metric, threshold_key
+from eval.metrics import BoxScores, QuestionResult, ScoringConfig, get_metric, score_boxes, threshold_key
+from eval.schemas import Gold, cited_from_json, gold_from_json
 
 RESIDUAL_CATEGORIES = ("recovered", "rank_limited", "not_retrieved", "parser_unreachable")
 """Exclusive categories of a necessary element, tested in this order (paper Appendix H, Figure 7)."""
@@ -242,3 +244,116 @@ def quote_fidelity(
     if n == 0:
         return None
     return {"n_quotes": n, "exact": exact / n, "fuzzy": fuzzy / n}
+
+
+# ---------------------------------------------------------------------------------------------- answer correctness
+CORRECTNESS_GROUPS = ("correct", "incorrect", "unjudged")
+"""Groups of :func:`by_answer_correctness`: Ans >= 4, Ans < 4, judge output did not parse."""
+
+
+def _correctness(correct: bool | None) -> str:
+    return "unjudged" if correct is None else ("correct" if correct else "incorrect")
+
+
+def by_answer_correctness(results: Sequence[QuestionResult]) -> dict:
+    """Recall (every threshold) and the other metrics of a judged run split by its own judge's answer verdict:
+    ``correct`` (Ans >= 4), ``incorrect`` (Ans < 4), ``unjudged`` (judge output did not parse). Paper Appendix F:
+    quotes beat the q+a control on correctly answered questions, and both fall to the floor on wrong answers."""
+    groups = breakdown(results, lambda r: _correctness(r.answer_correct()), judged=True)
+    return {g: groups[g] for g in CORRECTNESS_GROUPS if g in groups}
+
+
+def recall_by_reference_correctness(rows: Mapping[str, dict], reference: Mapping[str, dict], key: str = "0.5") -> dict:
+    """Recall at ``key`` of one run's per-question rows split by **another** run's answer verdict (paper Appendix
+    F: the q, q+a and coordinate runs on the questions the language run answered correctly).
+
+    ``rows`` and ``reference``: index -> ``per_question.jsonl`` record; the reference must be judged
+    (``answer_correct``). Questions missing from either run or unjudged in the reference are left out. Returns
+    ``{"correct": {"n", "recall"}, "incorrect": {"n", "recall"}}`` (recall None when n is 0)."""
+    out = {}
+    for group, want in (("correct", True), ("incorrect", False)):
+        vals = [
+            float(rows[k]["recall"][key])
+            for k in rows
+            if k in reference and reference[k].get("answer_correct") is want and key in rows[k]["recall"]
+        ]
+        out[group] = {"n": len(vals), "recall": float(np.mean(vals)) if vals else None}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- citation budget
+TRUNCATION_ORDERS = ("cited", "similarity")
+"""How :func:`truncate_to_budget` picks the citations it keeps: the run's own order, or highest similarity first."""
+
+
+@dataclass(frozen=True)
+class TruncationResult:
+    """A run rescored with its citations cut to another run's per-question budget.
+
+    Attributes:
+        summary: ``n``, ``order``, ``recall`` (threshold key -> mean over all paired questions), ``precision``
+            (mean over questions with a kept citation), ``f1`` (mean over all), ``citations_per_response``
+            (kept), ``truncated`` (questions that lost citations), ``no_similarity`` (questions whose dropped
+            choice had to fall back on citation order because a citation has no similarity).
+        boxes: index -> the rescored :class:`~eval.metrics.BoxScores`, in the paired order.
+    """
+
+    summary: dict
+    boxes: dict[str, BoxScores]
+
+
+def _row_gold(row: dict, where: str) -> Gold:
+    if "gt_necessary" not in row or "gt_all" not in row:
+        raise InputError(f"{where}: per-question record has no gt_necessary/gt_all (rescore it with `eval score`)")
+    fields = {k: row.get(k, "") for k in ("index", "doc_key", "question", "language", "qtype")}
+    fields.update(gt_necessary=row["gt_necessary"], gt_all=row["gt_all"])
+    return gold_from_json({**fields, "answer": row.get("gold_answer") or "", "gt_types": row.get("gt_types")}, where)
+
+
+def truncate_to_budget(
+    rows: Mapping[str, dict],
+    budget_rows: Mapping[str, dict],
+    order: str = "cited",
+    cfg: ScoringConfig = ScoringConfig(),
+) -> TruncationResult:
+    """Cut each question's citations in ``rows`` to the number of citations the same question has in
+    ``budget_rows``, and rescore (paper Appendix H: does the trained model keep its recall advantage at the base
+    model's citation budget?).
+
+    ``rows``, ``budget_rows``: index -> ``per_question.jsonl`` record (what :func:`eval.compare.load_per_question`
+    returns); only indices in both count. ``order="cited"`` keeps the first citations in the run's own order;
+    ``"similarity"`` keeps the most similar (stable: ties in citation order; citations without a similarity rank
+    last). A question with fewer citations than the budget keeps them all; a budget of 0 leaves none (recall 0).
+    Scoring is :func:`eval.metrics.score_boxes` (rules 1-5 of :mod:`eval.metrics`, boxes in PDF points)."""
+    if order not in TRUNCATION_ORDERS:
+        raise InputError(f"unknown truncation order {order!r}; expected one of {TRUNCATION_ORDERS}")
+    keys = sorted(set(rows) & set(budget_rows), key=lambda k: (len(k), k))
+    if not keys:
+        raise InputError("the two runs share no question index")
+    boxes: dict[str, BoxScores] = {}
+    truncated = no_similarity = 0
+    for k in keys:
+        where = f"question {k}"
+        gold = _row_gold(rows[k], where)
+        cits = [cited_from_json(c, where, i) for i, c in enumerate(rows[k].get("citations") or [])]
+        budget = int(budget_rows[k].get("n_citations", len(budget_rows[k].get("citations") or [])))
+        if len(cits) > budget:
+            truncated += 1
+            if order == "similarity":
+                no_similarity += any(c.similarity is None for c in cits)
+                cits = sorted(cits, key=lambda c: -c.similarity if c.similarity is not None else float("inf"))
+            cits = cits[:budget]
+        boxes[k] = score_boxes(gold, cits, cfg)
+    bs = list(boxes.values())
+    precisions = [b.precision for b in bs if b.precision is not None]
+    summary = {
+        "n": len(keys),
+        "order": order,
+        "recall": {t: float(np.mean([b.recall[t] for b in bs])) for t in bs[0].recall},
+        "precision": float(np.mean(precisions)) if precisions else None,
+        "f1": float(np.mean([b.f1 for b in bs])),
+        "citations_per_response": float(np.mean([b.n_citations for b in bs])),
+        "truncated": truncated,
+        "no_similarity": no_similarity,
+    }
+    return TruncationResult(summary, boxes)

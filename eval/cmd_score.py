@@ -6,6 +6,12 @@ parser ceiling, the residual decomposition (needs ``candidates`` from ``eval res
 draws the pages in the report. With ``--judge-url URL --judge-model M`` (an OpenAI-compatible VLM server) or
 ``--judge lexical`` (offline, text overlap) it adds the judge metrics; the judge sees the question, the gold
 answer, the model's answer and the crops of the cited regions (rendered from the cached PDF), never the quotes.
+
+A judge that has never produced a score and rejects every request of a batch as malformed (HTTP 4xx other than
+408/429, a reply that is not a chat completion) stops the run with one line quoting the server's message: a wrong
+``--judge-model`` or URL path would otherwise leave every question unjudged. This is the reward's rule, run by the
+reward's own code (:func:`reward.pipeline.check_judge_setup`); timeouts, 5xx and refused connections
+are outages and never stop the run (those questions are counted in ``judge_failures``).
 """
 
 from __future__ import annotations
@@ -71,9 +77,28 @@ def _evidence(cached, doc, citations) -> tuple[list, list[str]]:
     return cits, texts
 
 
+class JudgeSetupCheck:
+    """The reward's judge-misconfiguration rule (:func:`reward.pipeline.check_judge_setup`) for a judge used
+    outside the reward: ``check(stats)`` after each ``score_batch`` raises :class:`InputError` when a judge that has
+    never produced a score failed every distinct request of the batch with a configuration failure."""
+
+    def __init__(self, judge) -> None:
+        self.judge = judge
+        self.answered = False
+
+    def check(self, stats) -> None:
+        """``stats``: the :class:`reward.judge.JudgeStats` of the batch just judged."""
+        from reward.pipeline import check_judge_setup
+
+        self.answered = check_judge_setup(stats, self.judge, self.answered, hint="--judge-url and --judge-model")
+
+
 def run_judge(golds: Sequence[Gold], preds: Sequence[Prediction | None], judge, docs) -> list[JudgeOutcome]:
-    """Judge every question (a missing prediction is judged as an empty answer with no crops)."""
-    from reward.judge import JudgeRequest, crop_pngs
+    """Judge every question (a missing prediction is judged as an empty answer with no crops).
+
+    Raises :class:`InputError` when the judge is misconfigured (:class:`JudgeSetupCheck`); outages only leave the
+    questions they hit unjudged."""
+    from reward.judge import JudgeRequest, JudgeStats, crop_pngs
 
     by_doc: dict[str, list[int]] = {}
     for i, g in enumerate(golds):
@@ -103,8 +128,13 @@ def run_judge(golds: Sequence[Gold], preds: Sequence[Prediction | None], judge, 
                 if doc is not None:
                     doc.close()
     out: list[JudgeOutcome] = []
+    setup = JudgeSetupCheck(judge)
     for start in tqdm(range(0, len(reqs), JUDGE_BATCH), desc="judge", unit="batch", disable=None):
-        for s in judge.score_batch(reqs[start : start + JUDGE_BATCH]):
+        scores = judge.score_batch(reqs[start : start + JUDGE_BATCH])
+        stats = getattr(judge, "stats", None)
+        if isinstance(stats, JudgeStats):
+            setup.check(stats)
+        for s in scores:
             out.append(
                 JudgeOutcome(None, None, None) if s is None else JudgeOutcome(s.answer, s.relevance, s.coverage)
             )
@@ -210,6 +240,7 @@ def score(
     if et is not None:
         extra["by_element_type"] = et
     if judged:
+        extra["by_answer_correctness"] = analyses.by_answer_correctness(results)
         stats = getattr(judge, "total", None)
         if stats is not None and hasattr(stats, "to_dict"):
             extra["judge_stats"] = stats.to_dict()

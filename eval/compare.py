@@ -10,9 +10,18 @@ index; only questions present in both count.
 * **SAA** (and strict SAA): exact McNemar test on the questions judged in both runs. With ``b`` = questions
   that pass in A and fail in B and ``c`` the reverse, ``p = min(1, 2 * P(X <= min(b, c)))`` for
   ``X ~ Binomial(b + c, 1/2)`` (``p = 1`` when ``b + c = 0``); plus a bootstrap interval of the SAA difference.
-* **AH**: each run's rate on the paired judged questions, and intersection-AH on the questions answered
-  correctly (Ans >= 4) in both runs (removes the composition effect of different denominators).
+* **AH** (and strict AH): each run's rate on the paired judged questions, a paired bootstrap interval of the
+  difference ``AH(B) - AH(A)`` (paper Table 8: each resample draws n judged questions with replacement and
+  recomputes both conditional rates, unattributed correct answers / correct answers, on the drawn questions; a
+  resample in which either run has no correct answer has no AH and is left out, counted in ``undefined``; same
+  seed and p-value rule as recall), and intersection-AH on the questions answered correctly (Ans >= 4) in both
+  runs (removes the composition effect of different denominators).
 * **Oracle union** (paper Table 11): mean over questions of ``max(recall_A, recall_B)``.
+* ``--truncate-to-budget`` (paper Appendix H): B's citations cut, per question, to A's number of citations, in
+  B's own citation order and by descending similarity, and rescored (recall at every threshold, precision, F1)
+  with a paired bootstrap of truncated-B recall against A (:func:`eval.analyses.truncate_to_budget`). With A =
+  base model and B = trained model this asks whether B's recall gain survives at A's citation budget; swap the
+  arguments for the other direction.
 """
 
 from __future__ import annotations
@@ -46,6 +55,21 @@ class BootstrapResult:
     n: int
     resamples: int
     seed: int
+    undefined: int = 0
+    """Resamples on which the statistic is undefined (a conditional rate with no denominator) and left out."""
+
+
+def _summarise(stats: np.ndarray, mean_a: float, mean_b: float, n: int, resamples: int, seed: int) -> BootstrapResult:
+    """Percentile interval and two-sided p-value of the finite resampled differences ``stats``."""
+    ok = stats[np.isfinite(stats)]
+    if len(ok) == 0:
+        nan = float("nan")
+        return BootstrapResult(mean_a, mean_b, mean_b - mean_a, nan, nan, nan, n, resamples, seed, resamples)
+    lo, hi = np.percentile(ok, [2.5, 97.5])
+    p = min(1.0, 2 * min(float(np.mean(ok <= 0)), float(np.mean(ok >= 0))))
+    return BootstrapResult(
+        mean_a, mean_b, mean_b - mean_a, float(lo), float(hi), p, n, resamples, seed, int(resamples - len(ok))
+    )
 
 
 def paired_bootstrap(
@@ -66,11 +90,49 @@ def paired_bootstrap(
         m = min(chunk, resamples - start)
         idx = rng.integers(0, n, size=(m, n))
         stats[start : start + m] = d[idx].mean(axis=1)
-    lo, hi = np.percentile(stats, [2.5, 97.5])
-    p = min(1.0, 2 * min(float(np.mean(stats <= 0)), float(np.mean(stats >= 0))))
-    return BootstrapResult(
-        float(a.mean()), float(b.mean()), float(d.mean()), float(lo), float(hi), p, n, resamples, seed
-    )
+    r = _summarise(stats, float(a.mean()), float(b.mean()), n, resamples, seed)
+    return BootstrapResult(**{**r.__dict__, "diff": float(d.mean())})
+
+
+def paired_bootstrap_ratio(
+    num_a: np.ndarray,
+    den_a: np.ndarray,
+    num_b: np.ndarray,
+    den_b: np.ndarray,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    chunk: int = 1000,
+) -> BootstrapResult:
+    """Paired bootstrap over questions of ``sum(num_b)/sum(den_b) - sum(num_a)/sum(den_a)`` (a conditional rate
+    such as AH: num = correct and unattributed, den = correct; arrays aligned by question, 0/1 or counts).
+
+    Each resample draws n question indices with replacement (the same draws as :func:`paired_bootstrap` with the
+    same seed) and recomputes both ratios on them; resamples where either denominator is 0 are left out and
+    counted in ``undefined``. ``mean_a``/``mean_b`` are the two ratios on all questions (NaN when a denominator
+    is 0; :func:`compare` then reports no interval)."""
+    arrs = [np.asarray(x, dtype=np.float64) for x in (num_a, den_a, num_b, den_b)]
+    if len({x.shape for x in arrs}) != 1 or arrs[0].ndim != 1:
+        raise ValueError(f"paired arrays must have the same 1-d shape, got {[x.shape for x in arrs]}")
+    n = len(arrs[0])
+    if n == 0:
+        raise InputError("no paired questions to compare")
+    na, da, nb, db = arrs
+
+    def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+    rng = np.random.default_rng(seed)
+    stats = np.empty(resamples)
+    for start in range(0, resamples, chunk):
+        m = min(chunk, resamples - start)
+        idx = rng.integers(0, n, size=(m, n))
+        sa = ratio(na[idx].sum(axis=1), da[idx].sum(axis=1))
+        sb = ratio(nb[idx].sum(axis=1), db[idx].sum(axis=1))
+        stats[start : start + m] = sb - sa
+    full_a = float(ratio(np.array([na.sum()]), np.array([da.sum()]))[0])
+    full_b = float(ratio(np.array([nb.sum()]), np.array([db.sum()]))[0])
+    return _summarise(stats, full_a, full_b, n, resamples, seed)
 
 
 def mcnemar_exact(b: int, c: int) -> float:
@@ -108,8 +170,10 @@ def compare(
     iou: str = "0.5",
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    truncate: bool = False,
 ) -> dict:
-    """All tests of the module docstring on two per-question tables."""
+    """All tests of the module docstring on two per-question tables (``truncate``: also B cut to A's citation
+    budget, under ``"truncation"``)."""
     keys = sorted(set(a) & set(b), key=lambda k: (len(k), k))
     if not keys:
         raise InputError("the two runs share no question index")
@@ -149,14 +213,31 @@ def compare(
                 return float(np.mean([not run[k][attr] for k in correct])) if correct else None
 
             both = [k for k in judged if a[k].get("answer_correct") and b[k].get("answer_correct")]
+
+            def arrays(run: dict, attr: str = attr) -> tuple[np.ndarray, np.ndarray]:
+                correct = np.array([bool(run[k].get("answer_correct")) for k in judged])
+                return correct & ~np.array([bool(run[k].get(attr)) for k in judged]), correct
+
             res[name] = {
                 "a": rate(a, judged),
                 "b": rate(b, judged),
+                # None when a run has no correct answer at all: AH is undefined on every resample.
+                "bootstrap": paired_bootstrap_ratio(*arrays(a), *arrays(b), resamples, seed).__dict__
+                if rate(a, judged) is not None and rate(b, judged) is not None
+                else None,
                 "intersection_n": len(both),
                 "intersection_a": rate(a, both),
                 "intersection_b": rate(b, both),
             }
         out["judge"] = res
+    if truncate:
+        from eval.analyses import TRUNCATION_ORDERS, truncate_to_budget
+
+        out["truncation"] = {}
+        for order in TRUNCATION_ORDERS:
+            t = truncate_to_budget({k: b[k] for k in keys}, {k: a[k] for k in keys}, order)
+            rt = np.array([t.boxes[k].recall[iou] for k in keys])
+            out["truncation"][order] = {**t.summary, "recall_vs_a": paired_bootstrap(ra, rt, resamples, seed).__dict__}
     return out
 
 
@@ -170,6 +251,16 @@ def format_comparison(c: dict, name_a: str = "A", name_b: str = "B") -> str:
         f"({r['resamples']} resamples, seed {r['seed']})",
         f"oracle union recall: {100 * c['union_recall']:.1f}",
     ]
+    for order, t in (c.get("truncation") or {}).items():
+        bs = t["recall_vs_a"]
+        how = "own citation order" if order == "cited" else "highest similarity first"
+        prec = "-" if t["precision"] is None else f"{100 * t['precision']:.1f}"
+        lines.append(
+            f"{name_b} cut to {name_a}'s citation budget ({how}; {t['truncated']} questions cut): recall "
+            f"{100 * bs['mean_b']:.1f} vs {name_a} {100 * bs['mean_a']:.1f}, diff {100 * bs['diff']:+.1f} "
+            f"[95% CI {100 * bs['ci_low']:+.1f}, {100 * bs['ci_high']:+.1f}] bootstrap p={bs['p_value']:.4g}; "
+            f"precision {prec}, F1 {100 * t['f1']:.1f}, {t['citations_per_response']:.2f} citations per response"
+        )
     j = c.get("judge")
     if j:
         for name in ("saa", "saa_strict"):
@@ -186,9 +277,16 @@ def format_comparison(c: dict, name_a: str = "A", name_b: str = "B") -> str:
             def pct(v: float | None) -> str:
                 return "-" if v is None else f"{100 * v:.1f}"
 
+            bs = s.get("bootstrap")
+            ci = ""
+            if bs and np.isfinite(bs["ci_low"]):
+                ci = (f"  [95% CI of diff {100 * bs['ci_low']:+.1f}, {100 * bs['ci_high']:+.1f}]  "
+                      f"bootstrap p={bs['p_value']:.4g}"
+                      + (f" ({bs['undefined']} resamples without a correct answer left out)" if bs["undefined"]
+                         else ""))  # fmt: skip
             lines.append(
-                f"{name}: {name_a} {pct(s['a'])} / {name_b} {pct(s['b'])}; on the {s['intersection_n']} questions "
-                f"correct in both: {pct(s['intersection_a'])} / {pct(s['intersection_b'])}"
+                f"{name}: {name_a} {pct(s['a'])} / {name_b} {pct(s['b'])}{ci}; on the {s['intersection_n']} "
+                f"questions correct in both: {pct(s['intersection_a'])} / {pct(s['intersection_b'])}"
             )
     return "\n".join(lines)
 
@@ -199,13 +297,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iou", default="0.5", help="recall threshold key: page, 0.1, 0.3, 0.5, 0.7 (default 0.5)")
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples (10000)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed (fixed by default)")
+    parser.add_argument(
+        "--truncate-to-budget",
+        action="store_true",
+        help="also rescore B with its citations cut to A's count per question (own order and by similarity)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the comparison as JSON here")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.resamples < 1:
         raise InputError("--resamples must be >= 1")
-    c = compare(load_per_question(args.a), load_per_question(args.b), args.iou, args.resamples, args.seed)
+    c = compare(
+        load_per_question(args.a), load_per_question(args.b), args.iou, args.resamples, args.seed,
+        truncate=args.truncate_to_budget,
+    )  # fmt: skip
     print(format_comparison(c, str(args.a), str(args.b)))
     if args.out:
         write_json(args.out, c)

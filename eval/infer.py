@@ -2,7 +2,11 @@
 
 The protocol of the paper (Section 4, Appendix A): every page of the document, rendered at
 ``min(1e6, total_pixels / n_pages)`` pixels (aspect ratio kept) and sent as JPEG, in page order; greedy
-decoding; 1,536 output tokens, 4,096 for thinking models (``--thinking``). The prompt comes from
+decoding; 1,536 output tokens, 4,096 for thinking models (``--thinking``, which also passes
+``enable_thinking: true`` to the chat template). ``--chat-template-kwargs JSON`` hands further variables to the
+model's chat template (vLLM ``LLM.chat(..., chat_template_kwargs=...)``, e.g. ``{"enable_thinking": false}`` for a
+hybrid model that thinks by default); what was sent is recorded in every prediction line (``chat_template_kwargs``,
+``max_tokens``, ``thinking``). The prompt comes from
 ``recipes/prompts/<interface>_interface.jinja`` (a Jinja template rendered with ``content`` and ``question``
 (both the question: ``content`` is EasyR1's name, so training and evaluation share the files), ``n_pages``,
 ``interface``; it may hold ``=== system ===`` and ``=== user ===`` sections, otherwise it is all user text).
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import base64
 import io
+import json
 import math
 import re
 import time
@@ -83,6 +88,35 @@ class GenRequest:
         content.append({"type": "text", "text": self.user_text})
         msgs = [{"role": "system", "content": self.system}] if self.system else []
         return [*msgs, {"role": "user", "content": content}]
+
+
+def chat_template_kwargs_from(text: str | None, thinking: bool) -> dict:
+    """The chat-template variables of a run: the JSON object ``text`` (or none), with ``enable_thinking: true`` added
+    for a thinking run. InputError when ``text`` is not a JSON object or contradicts ``--thinking``.
+
+    >>> chat_template_kwargs_from('{"enable_thinking": false}', thinking=False)
+    {'enable_thinking': False}
+    >>> chat_template_kwargs_from(None, thinking=True)
+    {'enable_thinking': True}
+    """
+    kwargs: dict = {}
+    if text:
+        try:
+            kwargs = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(
+                f"--chat-template-kwargs is not valid JSON ({e.msg} at character {e.pos}): {text!r}"
+            ) from None
+        if not isinstance(kwargs, dict):
+            raise InputError(f"--chat-template-kwargs must be a JSON object, got {type(kwargs).__name__}: {text!r}")
+    if thinking:
+        if kwargs.get("enable_thinking", True) is not True:
+            raise InputError(
+                f"--thinking sets enable_thinking true but --chat-template-kwargs sets it to "
+                f"{json.dumps(kwargs['enable_thinking'])}; drop one of them"
+            )
+        kwargs = {**kwargs, "enable_thinking": True}
+    return kwargs
 
 
 class Generator(Protocol):
@@ -229,6 +263,8 @@ class VLLMGenerator:
         max_images: images per prompt vLLM must accept (>= the longest document's pages).
         tensor_parallel_size, max_model_len, gpu_memory_utilization: vLLM engine settings.
         max_lora_rank: at least the adapter's rank (the paper's is 64).
+        chat_template_kwargs: extra variables for the model's chat template (``LLM.chat(...,
+            chat_template_kwargs=...)``), e.g. ``{"enable_thinking": True}``; None = the template's defaults.
     """
 
     def __init__(
@@ -244,6 +280,7 @@ class VLLMGenerator:
         gpu_memory_utilization: float = 0.9,
         max_lora_rank: int = 64,
         seed: int = 0,
+        chat_template_kwargs: dict | None = None,
     ) -> None:
         try:
             from vllm import LLM, SamplingParams
@@ -265,6 +302,7 @@ class VLLMGenerator:
             kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
         self.llm = LLM(**kwargs)
         self.params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
+        self.chat_template_kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
         self.lora_request = None
         if lora:
             from vllm.lora.request import LoRARequest
@@ -273,7 +311,11 @@ class VLLMGenerator:
 
     def generate(self, requests: Sequence[GenRequest]) -> list[str]:
         outs = self.llm.chat(
-            [r.messages() for r in requests], self.params, lora_request=self.lora_request, use_tqdm=False
+            [r.messages() for r in requests],
+            self.params,
+            lora_request=self.lora_request,
+            use_tqdm=False,
+            chat_template_kwargs=self.chat_template_kwargs,
         )
         return [o.outputs[0].text for o in outs]
 
@@ -307,7 +349,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="predictions JSONL (appended; resumable)")
     parser.add_argument("--pdf-dir", type=Path, default=None, help="folder of <doc_key>.pdf")
     parser.add_argument("--cache-dir", type=Path, default=None, help="or: block cache whose manifests name the PDFs")
-    parser.add_argument("--thinking", action="store_true", help="thinking model: 4,096 output tokens")
+    parser.add_argument(
+        "--thinking", action="store_true", help="thinking model: 4,096 output tokens and enable_thinking=true"
+    )
+    parser.add_argument(
+        "--chat-template-kwargs",
+        default=None,
+        metavar="JSON",
+        help="variables for the chat template, e.g. '{\"enable_thinking\": false}' (recorded in every prediction)",
+    )
     parser.add_argument("--max-tokens", type=int, default=None, help="override the output token limit")
     parser.add_argument("--total-pixels", type=float, default=InferConfig.total_pixels, help="document pixel budget")
     parser.add_argument("--batch-size", type=int, default=InferConfig.batch_size)
@@ -323,6 +373,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     golds = read_gold(args.gold)[: args.limit]
     template = PromptTemplate(args.interface, args.prompts_dir)  # fail before loading a model
+    chat_kwargs = chat_template_kwargs_from(args.chat_template_kwargs, args.thinking)
     cfg = InferConfig(total_pixels=args.total_pixels, batch_size=args.batch_size, page_labels=args.page_labels)
     max_tokens = args.max_tokens or (cfg.thinking_max_tokens if args.thinking else cfg.max_tokens)
     locate = pdf_locator(args.pdf_dir, args.cache_dir)
@@ -339,8 +390,10 @@ def run(args: argparse.Namespace) -> int:
         tensor_parallel_size=args.tensor_parallel_size,
         max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        chat_template_kwargs=chat_kwargs,
     )
-    meta = {"model": args.model, "lora": args.lora, "max_tokens": max_tokens}
+    meta = {"model": args.model, "lora": args.lora, "max_tokens": max_tokens, "thinking": bool(args.thinking),
+            "chat_template_kwargs": chat_kwargs}  # fmt: skip
     counts = run_inference(golds, gen, args.out, args.interface, locate, cfg, template, meta)
     print(
         f"{counts['generated']} generated, {counts['skipped']} already done, {counts['total']} questions -> {args.out} "

@@ -121,6 +121,9 @@ def tables_markdown(metrics: dict, extra: dict, label: str) -> str:
         parts += ["## Breakdowns (paper Appendix C)", "", _group_table(extra["by_language"], "By language"), ""]
     if "by_qtype" in extra:
         parts += [_group_table(extra["by_qtype"], "By question qtype"), ""]
+    if "by_answer_correctness" in extra:
+        parts += ["### By answer correctness, judge Ans >= 4 vs < 4 (paper Appendix F)", "",
+                  _group_table(extra["by_answer_correctness"], "answer").split("\n", 2)[2], ""]  # fmt: skip
     if "by_element_type" in extra:
         et = extra["by_element_type"]
         parts += ["### Element-level recall at IoU 0.5 by evidence type (paper Table 7)", ""]
@@ -475,6 +478,46 @@ def oracle_union_table(run_dirs: dict[str, Path], key: str = "0.5") -> str | Non
     return _md_table(["backbone", "quotes", "q+a", "quotes|q+a", "q|q+a", "n"], rows)
 
 
+def _rows(path: Path) -> dict[str, dict] | None:
+    f = path / "per_question.jsonl"
+    return {str(d["index"]): d for _, d in iter_jsonl(f)} if f.is_file() else None
+
+
+REFERENCE_CONDITION = "quotes"
+"""The run of a backbone whose judge verdicts split the other conditions by answer correctness (the language
+interface: the q+a control re-reads its answer, Appendix F)."""
+
+
+def correctness_split_table(run_dirs: dict[str, Path], key: str = "0.5") -> str | None:
+    """Paper Appendix F: recall at ``key`` of every condition of a backbone on the questions its language run
+    (``BACKBONE/quotes``, judged) answered correctly (Ans >= 4) and on those it answered wrongly. Every run is
+    split by the same verdicts, so the conditions are compared on the same questions; questions unjudged in the
+    reference are left out. None when no backbone has a judged ``quotes`` run with per_question.jsonl."""
+    from eval.analyses import recall_by_reference_correctness
+
+    by: dict[str, dict[str, Path]] = {}
+    for label, d in run_dirs.items():
+        bc = split_label(label)
+        if bc is not None:
+            by.setdefault(bc[0], {})[bc[1]] = d
+    out = []
+    for b, conds in by.items():
+        ref = _rows(conds[REFERENCE_CONDITION]) if REFERENCE_CONDITION in conds else None
+        if not ref or not any(r.get("answer_correct") is not None for r in ref.values()):
+            continue
+        order = sorted(conds, key=lambda c: (CONDITION_ORDER.index(c) if c in CONDITION_ORDER else 99, c))
+        for c in order:
+            rows = _rows(conds[c])
+            if rows is None:
+                continue
+            split = recall_by_reference_correctness(rows, ref, key)
+            cor, inc = split["correct"], split["incorrect"]
+            out.append([b, c, str(cor["n"]), _pct(cor["recall"]), str(inc["n"]), _pct(inc["recall"])])
+    if not out:
+        return None
+    return _md_table(["backbone", "condition", "n correct", "Rec.5 correct", "n wrong", "Rec.5 wrong"], out)
+
+
 def runs_markdown(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, Path] | None = None) -> str:
     """``tables.md`` of ``eval report --runs``: every table of the paper that several scored runs make, one row
     per run (labels ``BACKBONE/CONDITION`` also give the condition grid and the oracle union)."""
@@ -489,6 +532,18 @@ def runs_markdown(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, 
     union = oracle_union_table(run_dirs or {})
     if union:
         parts += ["## Oracle union of two readings, recall at IoU 0.5 (paper Table 11)", "", union, ""]
+    split = correctness_split_table(run_dirs or {})
+    if split:
+        parts += ["## Recall at IoU 0.5 by answer correctness of the language run (paper Appendix F)", "",
+                  "Every condition of a backbone split by the judge verdict on its `quotes` run (Ans >= 4 = correct).",
+                  "", split, ""]  # fmt: skip
+    own = [[label, *(v for g in ("correct", "incorrect") for v in
+                     (str(a["by_answer_correctness"].get(g, {}).get("n", 0)),
+                      _pct(a["by_answer_correctness"].get(g, {}).get("recall@0.5"))))]
+           for label, _, a in loaded if a.get("by_answer_correctness")]  # fmt: skip
+    if own:
+        parts += ["## Recall at IoU 0.5 by each run's own answer verdict (Ans >= 4 vs < 4)", "",
+                  _md_table(["run", "n correct", "Rec.5 correct", "n wrong", "Rec.5 wrong"], own), ""]  # fmt: skip
     lang_rows = []
     for label, _, a in loaded:
         for g, row in (a.get("by_language") or {}).items():

@@ -99,6 +99,27 @@ class BatchStats:
         }
 
 
+def check_judge_setup(js: JudgeStats, judge, answered: bool, hint: str) -> bool:
+    """The judge-misconfiguration rule shared by training and evaluation; returns whether the judge has answered.
+
+    Raises :class:`InputError` when a judge that has never produced a score (``answered`` False) rejects every
+    distinct request of a batch as malformed (:data:`reward.judge.CONFIG_FAILURES`): a wrong model name or path, or
+    a body the server refuses, would otherwise make every response unscorable for the whole run without an error.
+    Timeouts, 5xx and refused connections are outages and never raise. ``hint`` names the settings to check."""
+    if js.ok:
+        return True
+    failed = sum(js.failures.values())
+    if answered or not js.sent or failed < js.sent or not set(js.failures) <= CONFIG_FAILURES:
+        return answered
+    examples = getattr(judge, "failure_examples", {}) or {}
+    detail = "; ".join(" ".join(str(examples.get(k, k)).split()) for k in sorted(js.failures))
+    where = f"{getattr(judge, 'url', '?')} (model {getattr(judge, 'model', '?')!r})"
+    raise InputError(
+        f"the judge at {where} rejected all {js.sent} requests of its first scored batch ({detail}); "
+        f"check {hint} against the server"
+    )
+
+
 METRICS_DIR_ENV = "QUOTECITE_METRICS_DIR"
 """When set (the Slurm launch sets it per job segment), every batch appends its counters as one JSON line to
 ``$QUOTECITE_METRICS_DIR/reward_counters.jsonl``, so format rejects, judge retries/failures and unscorable rates
@@ -343,22 +364,8 @@ class RewardScorer:
         return out
 
     def _check_judge_setup(self, js: JudgeStats) -> None:
-        """Raise :class:`InputError` when a judge that has never produced a score rejects every distinct request
-        of a batch as malformed (:data:`reward.judge.CONFIG_FAILURES`): a wrong model name or path, or a body the
-        server refuses, would otherwise make every response unscorable for the whole run without an error.
-        Timeouts, 5xx and refused connections are outages and never raise."""
-        if js.ok:
-            self._judge_answered = True
-            return
-        failed = sum(js.failures.values())
-        if self._judge_answered or not js.sent or failed < js.sent or not set(js.failures) <= CONFIG_FAILURES:
-            return
-        examples = getattr(self.judge, "failure_examples", {}) or {}
-        detail = "; ".join(f"{k}: {examples.get(k, '?')}" for k in sorted(js.failures))
-        where = f"{getattr(self.judge, 'url', '?')} (model {getattr(self.judge, 'model', '?')!r})"
-        raise InputError(
-            f"the judge at {where} rejected all {js.sent} requests of its first scored batch ({detail}); "
-            "check judge_url, judge_model and judge_extra_body against the server"
+        self._judge_answered = check_judge_setup(
+            js, self.judge, self._judge_answered, hint="judge_url, judge_model and judge_extra_body"
         )
 
     def _embed_quotes(self, live: list[_Item], stats: BatchStats) -> dict[str, _Precomputed]:

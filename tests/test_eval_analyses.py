@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from data_prep.types import Block
+from data_prep.types import Block, InputError
 from eval.analyses import (
     breakdown,
+    by_answer_correctness,
     element_type_recall,
     quote_fidelity,
+    recall_by_reference_correctness,
     residual_decomposition,
     selective_prediction,
+    truncate_to_budget,
 )
 from eval.metrics import JudgeOutcome, QuestionResult, score_boxes
 from eval.schemas import Cited, Element, Gold, Prediction
@@ -110,3 +113,90 @@ def test_quote_fidelity_counts_exact_substrings_and_fuzzy_matches():
     ]
     q = quote_fidelity(rs, lambda key: BLOCKS)
     assert q == {"n_quotes": 3, "exact": pytest.approx(1 / 3), "fuzzy": pytest.approx(2 / 3)}
+
+
+# ---------------------------------------------------------------------------------------------- answer correctness
+def test_recall_split_by_the_runs_own_answer_verdict():
+    rs = [
+        result([(1, BLOCKS[0].bbox)], [cite(BLOCKS[0])], judge=JudgeOutcome(5, 5, 5)),  # correct, recall 1
+        result([(1, BLOCKS[0].bbox)], [cite(BLOCKS[1])], judge=JudgeOutcome(4, 0, 0), index=1),  # correct, recall 0
+        result([(1, BLOCKS[0].bbox), (1, BLOCKS[1].bbox)], [cite(BLOCKS[1])], judge=JudgeOutcome(3, 5, 5),
+               index=2),  # Ans 3 < 4: incorrect, recall 1/2
+        result([(1, BLOCKS[0].bbox)], [cite(BLOCKS[0])], judge=JudgeOutcome(None, None), index=3),  # unparsed
+    ]  # fmt: skip
+    by = by_answer_correctness(rs)
+    assert list(by) == ["correct", "incorrect", "unjudged"]
+    assert (by["correct"]["n"], by["correct"]["recall@0.5"], by["correct"]["ah"]) == (2, 0.5, 0.5)
+    assert (by["incorrect"]["n"], by["incorrect"]["recall@0.5"], by["incorrect"]["saa"]) == (1, 0.5, 0.0)
+    assert (by["unjudged"]["n"], by["unjudged"]["recall@0.5"], by["unjudged"]["saa"]) == (1, 1.0, None)
+
+
+def test_recall_split_by_another_runs_answer_verdict():
+    rows = {k: {"index": k, "recall": {"0.5": r}} for k, r in [("0", 1.0), ("1", 0.0), ("2", 0.5), ("3", 1.0),
+                                                                ("4", 1.0)]}  # fmt: skip
+    reference = {
+        "0": {"answer_correct": True},
+        "1": {"answer_correct": True},
+        "2": {"answer_correct": False},
+        "3": {"answer_correct": None},  # the reference's judge output did not parse: left out
+    }  # "4" is not in the reference: left out
+    assert recall_by_reference_correctness(rows, reference) == {
+        "correct": {"n": 2, "recall": 0.5},
+        "incorrect": {"n": 1, "recall": 0.5},
+    }
+    assert recall_by_reference_correctness(rows, {"0": {"answer_correct": True}})["incorrect"] == {
+        "n": 0, "recall": None}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- citation budget
+E1, E2 = [1, 0.0, 0.0, 100.0, 100.0], [1, 0.0, 200.0, 100.0, 300.0]
+MISS = [2, 0.0, 0.0, 50.0, 50.0]
+
+
+def _pq(index, necessary, cited, n_budget=None):
+    """A per_question.jsonl record: necessary = gt_necessary = gt_all; cited = [(element, similarity), ...]."""
+    cits = [{"page": e[0], "bbox": e[1:], **({} if s is None else {"similarity": s})} for e, s in cited]
+    return {"index": index, "doc_key": "doc", "question": "q", "gold_answer": "a", "language": "en", "qtype": "T",
+            "gt_necessary": necessary, "gt_all": necessary, "citations": cits,
+            "n_citations": len(cits) if n_budget is None else n_budget, "recall": {}}  # fmt: skip
+
+
+RUN_B = {
+    "0": _pq(0, [E1, E2], [(E1, 0.2), (MISS, 0.9), (E2, 0.8)]),  # budget 1: first = E1, most similar = MISS
+    "1": _pq(1, [E1], [(E1, 0.5)]),  # budget 0: nothing kept
+    "2": _pq(2, [E2], [(E2, 0.7)]),  # budget 3 > its one citation: unchanged
+}
+BUDGET_A = {"0": _pq(0, [E1, E2], [], 1), "1": _pq(1, [E1], [], 0), "2": _pq(2, [E2], [], 3)}
+
+
+TRUNCATION_CASES = [
+    # order, recall@0.5 and same-page recall over 3 questions, precision over questions with a kept citation, F1,
+    # citations per response
+    # q0 keeps E1: R 1/2, same-page R 1 (E2 is on page 1 too), P 1, F1 2/3
+    ("cited", (0.5 + 0 + 1) / 3, (1 + 0 + 1) / 3, (1 + 1) / 2, (2 / 3 + 0 + 1) / 3, 2 / 3),
+    # q0 keeps MISS (page 2): R 0, same-page R 0, P 0
+    ("similarity", (0 + 0 + 1) / 3, (0 + 0 + 1) / 3, (0 + 1) / 2, (0 + 0 + 1) / 3, 2 / 3),
+]
+
+
+@pytest.mark.parametrize(("order", "recall", "page", "precision", "f1", "cpr"), TRUNCATION_CASES)
+def test_truncating_citations_to_another_runs_budget(order, recall, page, precision, f1, cpr):
+    t = truncate_to_budget(RUN_B, BUDGET_A, order)
+    s = t.summary
+    assert (s["n"], s["order"], s["truncated"], s["no_similarity"]) == (3, order, 2, 0)
+    assert s["recall"]["0.5"] == pytest.approx(recall) and s["recall"]["page"] == pytest.approx(page)
+    assert s["precision"] == pytest.approx(precision)
+    assert s["f1"] == pytest.approx(f1) and s["citations_per_response"] == pytest.approx(cpr)
+    assert t.boxes["1"].precision is None and t.boxes["1"].n_citations == 0
+
+
+def test_truncating_to_its_own_budget_changes_nothing_and_citations_without_similarity_rank_last():
+    own = truncate_to_budget(RUN_B, RUN_B, "similarity").summary
+    assert own["truncated"] == 0 and own["recall"]["0.5"] == pytest.approx((1 + 1 + 1) / 3)
+    assert own["precision"] == pytest.approx((2 / 3 + 1 + 1) / 3)  # q0: 2 of 3 citations hit
+    b = {"0": _pq(0, [E1], [(E1, None), (MISS, 0.1)])}
+    t = truncate_to_budget(b, {"0": _pq(0, [E1], [], 1)}, "similarity")
+    assert (t.summary["recall"]["0.5"], t.summary["no_similarity"]) == (0.0, 1)  # MISS (0.1) outranks no similarity
+    assert truncate_to_budget(b, {"0": _pq(0, [E1], [], 1)}, "cited").summary["recall"]["0.5"] == 1.0
+    with pytest.raises(InputError, match="unknown truncation order 'random'"):
+        truncate_to_budget(b, b, "random")

@@ -10,7 +10,7 @@ import pytest
 
 from data_prep.cli import main as cli_main
 from eval.__main__ import COMMANDS
-from eval.compare import compare, load_per_question, mcnemar_exact, paired_bootstrap
+from eval.compare import compare, load_per_question, mcnemar_exact, paired_bootstrap, paired_bootstrap_ratio
 from eval.schemas import write_jsonl
 
 MCNEMAR_CASES = [
@@ -75,6 +75,14 @@ def test_compare_on_known_inputs(tmp_path):
     assert s["mcnemar_p"] == pytest.approx(0.021484375)
     ah = c["judge"]["ah"]
     assert ah["a"] == pytest.approx(0.9) and ah["b"] == pytest.approx(0.1) and ah["intersection_n"] == 10
+    # AH bootstrap: all 10 answers correct in both, A unattributed except q0, B only on q0. A resample with k draws
+    # of q0 gives AH_B - AH_A = k/10 - (10-k)/10 = 2k/10 - 1, k ~ Binomial(10, 0.1): P(k=0) = 0.35 sets the 2.5th
+    # percentile at -1, P(k<=2) = 0.93 < 0.975 < P(k<=3) = 0.987 puts the 97.5th at 2*3/10 - 1 = -0.4;
+    # p = 2 P(k >= 5) = 0.003.
+    bs = ah["bootstrap"]
+    assert (bs["mean_a"], bs["mean_b"], bs["diff"]) == (pytest.approx(0.9), pytest.approx(0.1), pytest.approx(-0.8))
+    assert (bs["ci_low"], bs["ci_high"], bs["undefined"]) == (pytest.approx(-1.0), pytest.approx(-0.4), 0)
+    assert bs["p_value"] < 0.02
 
 
 def test_compare_command_prints_and_writes_json(tmp_path, capsys):
@@ -88,3 +96,65 @@ def test_compare_command_prints_and_writes_json(tmp_path, capsys):
     assert json.loads(out.read_text())["recall"]["resamples"] == 100
     rc = cli_main("eval", "", COMMANDS, ["compare", str(tmp_path / "a.jsonl"), str(tmp_path / "none.jsonl")])
     assert rc == 2 and "not found" in capsys.readouterr().err
+
+
+def test_ratio_bootstrap_with_every_answer_correct_is_the_mean_bootstrap():
+    # Denominators all 1: AH is the plain mean of "unattributed", and the draws are the same for the same seed.
+    rng = np.random.default_rng(5)
+    na, nb = (rng.random(50) < 0.6).astype(float), (rng.random(50) < 0.3).astype(float)
+    ones = np.ones(50)
+    r = paired_bootstrap_ratio(na, ones, nb, ones, resamples=3000, seed=11)
+    m = paired_bootstrap(na, nb, resamples=3000, seed=11)
+    assert (r.ci_low, r.ci_high, r.p_value, r.undefined) == (pytest.approx(m.ci_low), pytest.approx(m.ci_high),
+                                                             pytest.approx(m.p_value), 0)  # fmt: skip
+    assert r.diff == pytest.approx(nb.mean() - na.mean())
+
+
+def test_ratio_bootstrap_leaves_out_resamples_without_a_correct_answer():
+    # q0: correct in both, unattributed in A only; q1: wrong in both. A resample of two draws that never picks q0
+    # (probability 1/4) has no AH; every other one has AH_A = 1, AH_B = 0.
+    r = paired_bootstrap_ratio(np.array([1, 0]), np.array([1, 0]), np.array([0, 0]), np.array([1, 0]),
+                               resamples=10_000, seed=3)  # fmt: skip
+    assert (r.mean_a, r.mean_b, r.diff, r.ci_low, r.ci_high, r.p_value) == (1.0, 0.0, -1.0, -1.0, -1.0, 0.0)
+    assert 2300 <= r.undefined <= 2700  # 10,000 x 1/4, +-4.6 standard deviations
+
+
+def test_ah_bootstrap_is_absent_when_a_run_has_no_correct_answer():
+    a = {str(i): _row(i, 0.0, 0.0, 0.0, False, False, False) for i in range(3)}
+    b = {str(i): _row(i, 1.0, 1.0, 1.0, True, True, True) for i in range(3)}
+    ah = compare(a, b, resamples=100)["judge"]["ah"]
+    assert (ah["a"], ah["b"], ah["bootstrap"]) == (None, 0.0, None)
+
+
+def _cited_row(index, cited, recall):
+    """A per_question.jsonl record with gold E1, E2 on page 1 and the given (element, similarity) citations."""
+    e1, e2 = [1, 0.0, 0.0, 100.0, 100.0], [1, 0.0, 200.0, 100.0, 300.0]
+    els = {"E1": e1, "E2": e2, "MISS": [2, 0.0, 0.0, 50.0, 50.0]}
+    cits = [{"page": els[n][0], "bbox": els[n][1:], "similarity": s} for n, s in cited]
+    return {"index": index, "doc_key": "d", "question": "q", "gold_answer": "a", "gt_necessary": [e1, e2],
+            "gt_all": [e1, e2], "citations": cits, "n_citations": len(cits), "recall": {"0.5": recall}}  # fmt: skip
+
+
+def test_compare_truncates_b_to_a_citation_budget(tmp_path, capsys):
+    # A (base) cites E1 once: recall 1/2. B cites E2 (0.3), MISS (0.9), E1 (0.5): recall 1. At A's budget of one
+    # citation, B's own first citation E2 keeps recall 1/2 (diff 0 on every question, p = 1); its most similar
+    # citation MISS leaves recall 0 (diff -1/2 on every question, p = 0).
+    write_jsonl(tmp_path / "a.jsonl", [_cited_row(i, [("E1", 0.8)], 0.5) for i in range(4)])
+    write_jsonl(
+        tmp_path / "b.jsonl", [_cited_row(i, [("E2", 0.3), ("MISS", 0.9), ("E1", 0.5)], 1.0) for i in range(4)]
+    )
+    out = tmp_path / "cmp.json"
+    rc = cli_main("eval", "", COMMANDS, ["compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"),
+                                         "--truncate-to-budget", "--resamples", "200", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    t = json.loads(out.read_text())["truncation"]
+    cited, sim = t["cited"], t["similarity"]
+    assert (cited["recall"]["0.5"], cited["precision"], cited["truncated"], cited["citations_per_response"]) == (
+        0.5, 1.0, 4, 1.0)  # fmt: skip
+    assert (cited["recall_vs_a"]["diff"], cited["recall_vs_a"]["p_value"]) == (0.0, 1.0)
+    assert (sim["recall"]["0.5"], sim["precision"], sim["recall_vs_a"]["diff"]) == (0.0, 0.0, -0.5)
+    assert (sim["recall_vs_a"]["ci_low"], sim["recall_vs_a"]["ci_high"], sim["recall_vs_a"]["p_value"]) == (
+        -0.5, -0.5, 0.0)  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "cut to " in printed and "own citation order; 4 questions cut): recall 50.0 vs" in printed
+    assert "highest similarity first; 4 questions cut): recall 0.0 vs" in printed

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import io
 import json
+import sys
+from types import ModuleType, SimpleNamespace
 
 import pytest
 from PIL import Image
 
+from data_prep.cli import main as cli_main
 from data_prep.document import Document
 from data_prep.types import InputError
-from eval.infer import GenRequest, InferConfig, PromptTemplate, VLLMGenerator, page_images, run_inference
+from eval.__main__ import COMMANDS
+from eval.infer import (
+    GenRequest,
+    InferConfig,
+    PromptTemplate,
+    VLLMGenerator,
+    chat_template_kwargs_from,
+    page_images,
+    run_inference,
+)
 from eval.schemas import Element, Gold
 
 TEMPLATE = """=== system ===
@@ -146,3 +158,109 @@ def test_vllm_generator_without_vllm_says_so():
             VLLMGenerator("some/model")
     else:  # pragma: no cover - only on a GPU machine
         pytest.skip("vllm is installed here")
+
+
+# ---------------------------------------------------------------------------------------------- vLLM call arguments
+class FakeVLLM:
+    """Stands in for the ``vllm`` package: records what :class:`VLLMGenerator` hands to ``LLM`` and ``LLM.chat``."""
+
+    def __init__(self) -> None:
+        self.llm_kwargs: dict | None = None
+        self.sampling: dict | None = None
+        self.chats: list[tuple[list, object, dict]] = []
+        fake = self
+
+        class LLM:
+            def __init__(self, **kwargs):
+                fake.llm_kwargs = kwargs
+
+            def chat(self, messages, sampling_params, **kwargs):
+                fake.chats.append((messages, sampling_params, kwargs))
+                return [
+                    SimpleNamespace(outputs=[SimpleNamespace(text=json.dumps({"answer": f"a{i}", "quotes": ["q"]}))])
+                    for i, _ in enumerate(messages)
+                ]
+
+        class SamplingParams:
+            def __init__(self, **kwargs):
+                fake.sampling = kwargs
+
+        self.module = ModuleType("vllm")
+        self.module.LLM = LLM
+        self.module.SamplingParams = SamplingParams
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    fake = FakeVLLM()
+    monkeypatch.setitem(sys.modules, "vllm", fake.module)
+    return fake
+
+
+def _write_gold(path, pdf, n=2):
+    rows = [g.to_json() | {"pdf": str(pdf)} for g in golds(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+CHAT_KWARGS_RUNS = [
+    # (extra flags, chat_template_kwargs handed to LLM.chat, max_tokens, thinking recorded)
+    ([], None, 1536, False),  # no flag: the template's own defaults, the non-thinking budget
+    (["--thinking"], {"enable_thinking": True}, 4096, True),  # --thinking: enable_thinking and 4,096 tokens
+    (["--chat-template-kwargs", '{"enable_thinking": false}'], {"enable_thinking": False}, 1536, False),
+    (["--thinking", "--chat-template-kwargs", '{"add_vision_id": true}'],  # merged with --thinking
+     {"add_vision_id": True, "enable_thinking": True}, 4096, True),
+    (["--thinking", "--max-tokens", "8000"], {"enable_thinking": True}, 8000, True),  # explicit budget wins
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "chat_kwargs", "max_tokens", "thinking"), CHAT_KWARGS_RUNS)
+def test_infer_hands_chat_template_kwargs_to_llm_chat_and_records_them(
+    fake_vllm, sample_pdf, prompts, tmp_path, flags, chat_kwargs, max_tokens, thinking
+):
+    gold, out = tmp_path / "gold.jsonl", tmp_path / "pred.jsonl"
+    _write_gold(gold, sample_pdf)
+    argv = ["infer", "--model", "m", "--gold", str(gold), "--interface", "language", "--out", str(out),
+            "--prompts-dir", str(prompts), "--total-pixels", "200000", *flags]  # fmt: skip
+    assert cli_main("eval", "", COMMANDS, argv) == 0
+    assert len(fake_vllm.chats) == 1  # both questions in one batch
+    messages, params, kwargs = fake_vllm.chats[0]
+    assert kwargs == {"lora_request": None, "use_tqdm": False, "chat_template_kwargs": chat_kwargs}
+    assert fake_vllm.sampling == {"temperature": 0.0, "max_tokens": max_tokens, "seed": 0}
+    assert fake_vllm.llm_kwargs["limit_mm_per_prompt"] == {"image": 4}  # the sample PDF has 4 pages
+    assert len(messages) == 2 and [p["type"] for p in messages[0][-1]["content"]].count("image_url") == 4
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["answer"] for r in rows] == ["a0", "a1"]
+    for r in rows:
+        assert (r["chat_template_kwargs"], r["max_tokens"], r["thinking"]) == (chat_kwargs or {}, max_tokens, thinking)
+        assert (r["model"], r["lora"]) == ("m", None)
+
+
+BAD_CHAT_KWARGS = [
+    (["--chat-template-kwargs", "{enable_thinking: false}"], "--chat-template-kwargs is not valid JSON"),
+    (["--chat-template-kwargs", "[1, 2]"], "--chat-template-kwargs must be a JSON object, got list"),
+    (["--thinking", "--chat-template-kwargs", '{"enable_thinking": false}'],  # contradicts itself
+     "--thinking sets enable_thinking true but --chat-template-kwargs sets it to false"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "message"), BAD_CHAT_KWARGS)
+def test_bad_chat_template_kwargs_fail_before_loading_a_model(fake_vllm, sample_pdf, prompts, tmp_path, capsys,
+                                                               flags, message):  # fmt: skip
+    gold = tmp_path / "gold.jsonl"
+    _write_gold(gold, sample_pdf)
+    argv = ["infer", "--model", "m", "--gold", str(gold), "--interface", "language", "--out", str(tmp_path / "p"),
+            "--prompts-dir", str(prompts), *flags]  # fmt: skip
+    assert cli_main("eval", "", COMMANDS, argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert fake_vllm.llm_kwargs is None  # no model was loaded
+
+
+def test_scripted_generator_sees_the_recorded_run_settings(sample_pdf, prompts, tmp_path):
+    out = tmp_path / "pred.jsonl"
+    meta = {"model": "m", "max_tokens": 4096, "thinking": True,
+            "chat_template_kwargs": chat_template_kwargs_from(None, thinking=True)}  # fmt: skip
+    run_inference(golds(1), ScriptedGenerator(), out, "language", lambda g: sample_pdf,
+                  InferConfig(total_pixels=4 * 50_000), PromptTemplate("language", prompts), meta)  # fmt: skip
+    row = json.loads(out.read_text())
+    assert row["chat_template_kwargs"] == {"enable_thinking": True} and row["max_tokens"] == 4096

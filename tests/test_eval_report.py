@@ -172,3 +172,37 @@ def test_an_exact_hit_shows_the_gold_box_inside_the_citation_box(tmp_path):
     r, g, b = img.getpixel((150, 100 - CITATION_PAD_PX))  # on the citation edge just outside: blue
     assert b > 150 and b > r + 80
     assert img.getpixel((150, 150)) == pytest.approx((255, 255, 255), abs=12)  # the inside is not painted
+
+
+def test_recall_by_answer_correctness_of_the_language_run_splits_every_condition(tmp_path):
+    # The quotes run's judge: q0, q1 correct; q2 wrong; q3 unparsed (left out of both groups).
+    verdicts = {0: True, 1: True, 2: False, 3: None}
+    recalls = {
+        "quotes": [1.0, 0.0, 0.5, 1.0],
+        "q+a": [0.5, 0.5, 0.0, 1.0],
+        "raw": [0.25, 0.0, 0.0, 1.0],
+    }
+    own = {"correct": {"n": 2, "recall@0.5": 0.5}, "incorrect": {"n": 1, "recall@0.5": 0.5},
+           "unjudged": {"n": 1, "recall@0.5": 1.0}}  # fmt: skip
+    dirs, labels = [], []
+    for cond, rs in recalls.items():
+        d = tmp_path / cond.replace("+", "_")
+        write_json(d / "metrics.json", METRICS_A)
+        rows = [{"index": i, "recall": {"0.5": r}} for i, r in enumerate(rs)]
+        if cond == "quotes":
+            rows = [{**row, "answer_correct": verdicts[i]} for i, row in enumerate(rows)]
+            write_json(d / "analyses.json", {"by_answer_correctness": own})
+        write_jsonl(d / "per_question.jsonl", rows)
+        dirs.append(str(d))
+        labels.append(f"8B/{cond}")
+    out = tmp_path / "cmp"
+    assert cli_main("eval", "", COMMANDS, ["report", "--runs", *dirs, "--labels", *labels, "--out", str(out)]) == 0
+    text = (out / "tables.md").read_text()
+    assert "| backbone | condition | n correct | Rec.5 correct | n wrong | Rec.5 wrong |" in text
+    assert "| 8B | raw | 2 | 12.5 | 1 | 0.0 |" in text  # (0.25 + 0) / 2 on the correct ones, 0 on the wrong one
+    assert "| 8B | q+a | 2 | 50.0 | 1 | 0.0 |" in text
+    assert "| 8B | quotes | 2 | 50.0 | 1 | 50.0 |" in text
+    assert "| 8B/quotes | 2 | 50.0 | 1 | 50.0 |" in text  # each run's own verdicts
+    md = tables_markdown(METRICS_A, {"by_answer_correctness": own}, "lang")
+    assert "By answer correctness, judge Ans >= 4 vs < 4" in md
+    assert "| correct | 2 | 50.0 |" in md and "| unjudged | 1 | 100.0 |" in md

@@ -11,7 +11,7 @@ from data_prep.cli import main as cli_main
 from data_prep.types import Block
 from eval.__main__ import COMMANDS
 from eval.schemas import write_jsonl
-from tests.support.openai_server import ScriptedOpenAIServer, chat_completion
+from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
 
 BOXES = [
     (1, (60.0, 80.0, 530.0, 120.0), "The harbour bridge was opened to traffic in 1932."),
@@ -159,6 +159,11 @@ def test_judge_metrics_through_the_scripted_server(files, tmp_path, cache):
     rows = [json.loads(x) for x in (out / "per_question.jsonl").read_text().splitlines()]
     assert [r["saa"] for r in rows] == [1.0, 0.0, None]
     assert rows[2]["judge"] is None
+    # Appendix F split: q0 (Ans 5, recall 1) and q1 (Ans 4, recall 0) are correct; q2's judge output did not parse.
+    split = json.loads((out / "analyses.json").read_text())["by_answer_correctness"]
+    assert list(split) == ["correct", "unjudged"]
+    assert (split["correct"]["n"], split["correct"]["recall@0.5"], split["correct"]["ah"]) == (2, 0.5, 0.5)
+    assert (split["unjudged"]["n"], split["unjudged"]["recall@0.5"]) == (1, 1.0)
 
 
 def test_lexical_judge_runs_offline(files, tmp_path, cache):
@@ -188,3 +193,69 @@ def test_prediction_for_an_unknown_question_is_an_error(files, tmp_path, capsys)
     write_jsonl(p, [*_preds(), {"index": 42, "response": "", "citations": []}])
     assert _score(g, p, tmp_path / "out") == 2
     assert "prediction index 42 is not in the gold file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- judge misconfiguration
+NO_SUCH_MODEL = {"error": {"message": "The model `wrong-judge` does not exist.", "type": "NotFoundError", "code": 404}}
+
+
+def test_a_judge_that_rejects_its_whole_first_batch_stops_the_run_with_the_servers_message(files, tmp_path, cache,
+                                                                                           capsys):  # fmt: skip
+    g, p = files
+    with ScriptedOpenAIServer(handler=lambda path, body, n: Reply(status=404, json=NO_SUCH_MODEL)) as srv:
+        rc = _score(g, p, tmp_path / "out", "--cache-dir", str(cache.path.parent), "--judge-url", srv.url,
+                    "--judge-model", "wrong-judge", "--no-report")  # fmt: skip
+        sent = len(srv.requests)
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1  # one line, no traceback
+    assert "rejected all 3 requests of its first scored batch" in err
+    assert "The model `wrong-judge` does not exist." in err and "'wrong-judge'" in err
+    assert sent == 3  # 4xx is not retried
+    assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+def _http_judge(url, retries=0):
+    from reward.judge import get_judge
+
+    return get_judge("http", base_url=url, model="judge-model", retries=retries, backoff_s=0.01)
+
+
+def _score_fn(g, cache, judge):
+    from eval.cmd_resolve import DocCache
+    from eval.cmd_score import _join, score
+    from eval.schemas import read_gold, read_predictions
+
+    golds = read_gold(g)
+    return score(golds, _join(golds, read_predictions(g.parent / "pred.jsonl"), "pred"),
+                 docs=DocCache(cache.path.parent), judge=judge)  # fmt: skip
+
+
+JUDGE_RUNS = [
+    # (reply to the n-th judge request (None: a valid score), batch size, judge_failures, or the error that stops it)
+    (lambda n: Reply(status=503), 64, {"failed": 3, "judged": 0}),  # an outage: counted, never stops the run
+    (lambda n: None if n == 0 else Reply(status=404, json=NO_SUCH_MODEL), 64, {"failed": 2, "judged": 1}),  # one ok
+    (lambda n: None if n == 0 else Reply(status=400, json=NO_SUCH_MODEL), 1, {"failed": 2, "judged": 1}),  # answered
+    (lambda n: Reply(status=400, json=NO_SUCH_MODEL) if n == 0 else None, 1,  # first batch all rejected
+     r"rejected all 1 requests of its first scored batch \(http_4xx: .*HTTP 400: .*does not exist"),
+    (lambda n: Reply(status=429) if n == 0 else None, 1, {"failed": 1, "judged": 2}),  # 429 is overload, not setup
+    (lambda n: Reply(json={"no": "choices"}), 64,  # not an OpenAI chat server
+     r"rejected all 3 requests of its first scored batch \(bad_response: .*\{\"no\": \"choices\"\}\)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("reply", "batch", "failures"), JUDGE_RUNS)
+def test_only_a_judge_that_never_answered_and_rejects_a_whole_batch_stops_scoring(files, cache, monkeypatch, reply,
+                                                                                  batch, failures):  # fmt: skip
+    import eval.cmd_score as cmd_score
+    from data_prep.types import InputError
+
+    g, _ = files
+    monkeypatch.setattr(cmd_score, "JUDGE_BATCH", batch)
+    with ScriptedOpenAIServer(handler=lambda path, body, n: reply(n)) as srv:
+        judge = _http_judge(srv.url)
+        if isinstance(failures, str):
+            with pytest.raises(InputError, match=failures):
+                _score_fn(g, cache, judge)
+        else:
+            assert _score_fn(g, cache, judge).metrics["judge_failures"] == failures
