@@ -337,7 +337,7 @@ if [[ ${QUOTECITE_PREFLIGHT:-1} == 0 ]]; then
 elif [[ $QC_STOP_REQUESTED == 0 ]] && ! qc_preflight "$QC_SEGMENT_DIR"; then
   trap '' TERM INT USR1
   qc_stop_servers
-  qc_finish server_failed "" "$QC_CHECK_ERROR"
+  qc_finish check_failed "" "$QC_CHECK_ERROR"
   qc_die "$QC_CHECK_ERROR. The chain stops here (no job submitted)." "$QC_SEGMENT_DIR/check.log"
 fi
 

@@ -275,7 +275,7 @@ class Segment:
     resume_step: int
     """Step of the checkpoint this segment resumed from (0: from the start)."""
     status: str = "running"
-    """running | stopped (warning signal) | finished | crashed | terminated | died | server_failed."""
+    """running | stopped (warning signal) | finished | crashed | terminated | died | server_failed | check_failed."""
     ended_at: str | None = None
     end_step: int | None = None
     """Last complete checkpoint when the segment ended."""
@@ -372,7 +372,7 @@ def decide_at_end(segments: list[Segment], max_steps: int, max_stalled: int) -> 
     """What follows the segment that just ended (the last of ``segments``)."""
     seg = segments[-1]
     end = seg.end_step or 0
-    if seg.status == "server_failed":
+    if seg.status in ("server_failed", "check_failed"):  # misconfiguration: a rerun would fail the same way
         return Decision("stop", f"not resubmitting: {seg.message}", 1)
     if seg.status == "terminated":
         return Decision(
@@ -806,7 +806,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p.add_argument("--segment", required=True)
             p.add_argument(
-                "--status", required=True, choices=["stopped", "finished", "crashed", "terminated", "server_failed"]
+                "--status",
+                required=True,
+                choices=["stopped", "finished", "crashed", "terminated", "server_failed", "check_failed"],
             )
             p.add_argument("--trainer-exit", type=lambda v: int(v) if v else None, default=None)
             p.add_argument("--message", default="")

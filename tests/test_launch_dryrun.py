@@ -351,7 +351,7 @@ def test_a_failing_reward_check_stops_the_job_before_the_trainer_starts(tmp_path
         f"directory; data: 1 problem: {tmp_path}/nodata/train.parquet: no such file"
     )
     assert f"error: {first}. The chain stops here (no job submitted)." in r.stderr
-    assert (seg["status"], seg["message"]) == ("server_failed", first)
+    assert (seg["status"], seg["message"]) == ("check_failed", first)
     assert not (seg_dir / "trainer.log").exists()  # never started
     assert (seg_dir / "judge.log").exists() and (seg_dir / "embed.log").exists()  # the check ran after both
     assert "judge probe: not run (the reward settings do not build: see config)" in (seg_dir / "check.log").read_text()

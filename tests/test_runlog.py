@@ -227,6 +227,7 @@ def test_stalled_count_counts_the_latest_jobs_without_a_new_checkpoint(history, 
         (seg("finished", 4, 6), "stop", 1, "exited normally at step 6 < max_steps=8"),  # max_steps disagree
         (seg("terminated", 4, 6), "none", 143, "cancelled or requeued"),  # Slurm decides, never resubmit
         (seg("server_failed", 4, 4), "stop", 1, "not resubmitting: "),
+        (seg("check_failed", 4, 4), "stop", 1, "not resubmitting: "),  # the reward check found misconfiguration
     ],
 )
 def test_decide_at_end(last, action, exit_code, needle):
