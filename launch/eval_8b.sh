@@ -48,7 +48,9 @@ for a in "$@"; do
   esac
 done
 
-for QC_REPO in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "$0")/.." 2>/dev/null && pwd)"; do
+# Under sbatch this file runs from a spool copy: find the repository before sourcing anything from it.
+for QC_REPO in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "$0")/.." 2>/dev/null && pwd)" \
+  "$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/^ *Command=\(.*\)\/launch\/[^/]*$/\1/p')"; do
   [[ -n $QC_REPO && -f $QC_REPO/slurm/common.sh ]] && break
 done
 if [[ ! -f ${QC_REPO:-}/slurm/common.sh ]]; then
@@ -64,24 +66,13 @@ QC_JOB_ID=${SLURM_JOB_ID:-local}
 QC_RUN_DIR=$(realpath -m "${QUOTECITE_RUN_DIR:-$QC_REPO/runs/qwen3vl_8b_grpo}")
 QC_RECIPE=$(realpath -m "${QUOTECITE_RECIPE:-$QC_REPO/recipes/qwen3vl_8b_grpo.yaml}")
 
+qc_software
 if [[ ${QUOTECITE_ENV_SETUP:-1} == 1 ]]; then
-  # shellcheck source=../slurm/env.sh
-  source "$QC_REPO/slurm/env.sh"
-  [[ $QC_DRY_RUN == 1 ]] && echo "# software (slurm/env.sh)"
-  qc_env_setup
-  QC_DEFAULT_SERVE="$QC_SERVER_VLLM serve"
   QC_DEFAULT_INFER="$QC_SERVER_PY -m eval infer"
 else
-  QC_DEFAULT_SERVE="vllm serve"
   QC_DEFAULT_INFER="python3 -m eval infer"
 fi
-if [[ -n ${QUOTECITE_PYTHON:-} ]]; then
-  QC_PY=$QUOTECITE_PYTHON
-elif [[ -x $QC_REPO/.venv/bin/python ]]; then
-  QC_PY=$QC_REPO/.venv/bin/python
-else
-  QC_PY=python3
-fi
+qc_pick_python
 read -r -a QC_JUDGE_CMD <<<"${QUOTECITE_JUDGE_CMD:-$QC_DEFAULT_SERVE}"
 read -r -a QC_EMBED_CMD <<<"${QUOTECITE_EMBED_CMD:-$QC_DEFAULT_SERVE}"
 read -r -a QC_INFER_CMD <<<"${QUOTECITE_INFER_CMD:-$QC_DEFAULT_INFER}"

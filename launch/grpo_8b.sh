@@ -108,30 +108,16 @@ QC_N_TRAIN_GPUS=2
 [[ $QC_STOP_MODE == checkpoint || $QC_STOP_MODE == signal ]] ||
   qc_die "QUOTECITE_TRAINER_STOP must be 'checkpoint' or 'signal', not '$QC_STOP_MODE'"
 
+qc_software
 if [[ ${QUOTECITE_ENV_SETUP:-1} == 1 ]]; then
-  # shellcheck source=../slurm/env.sh
-  source "$QC_REPO/slurm/env.sh"
-  [[ $QC_DRY_RUN == 1 ]] && echo "# software (slurm/env.sh)"
-  qc_env_setup
   QC_DEFAULT_TRAINER="$QC_TRAINER_PY -m verl.trainer.main"
-  QC_DEFAULT_SERVE="$QC_SERVER_VLLM serve"
 else
   QC_DEFAULT_TRAINER="python3 -m verl.trainer.main"
-  QC_DEFAULT_SERVE="vllm serve"
   QC_EASYR1_COMMIT_FULL=${QUOTECITE_EASYR1_COMMIT:-unknown (QUOTECITE_ENV_SETUP=0)}
   QC_VLLM_TRAINER_VERSION=unknown
   QC_VLLM_SERVER_VERSION=unknown
 fi
-# Python for launch/runlog.py (standard library + PyYAML): the project's venv, else the trainer's, else PATH's.
-if [[ -n ${QUOTECITE_PYTHON:-} ]]; then
-  QC_PY=$QUOTECITE_PYTHON
-elif [[ -x $QC_REPO/.venv/bin/python ]]; then
-  QC_PY=$QC_REPO/.venv/bin/python
-elif [[ -x ${QC_TRAINER_PY:-} ]]; then
-  QC_PY=$QC_TRAINER_PY
-else
-  QC_PY=python3
-fi
+qc_pick_python "${QC_TRAINER_PY:-}"
 # The reward's pre-flight check runs where the reward will: the trainer's python (QC_DEFAULT_TRAINER's).
 QC_CHECK_PY=${QUOTECITE_CHECK_PYTHON:-${QC_TRAINER_PY:-$QC_PY}}
 [[ ${QUOTECITE_ENV_SETUP:-1} == 1 ]] || QC_CHECK_PY=${QUOTECITE_CHECK_PYTHON:-$QC_PY}

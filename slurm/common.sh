@@ -29,18 +29,33 @@ qc_die() {
   exit 1
 }
 
-# qc_repo_root: the repository root. Under sbatch the script runs from a spool copy, so $0 says nothing:
-# QUOTECITE_REPO, else the submit directory, else the script's own location.
-qc_repo_root() {
-  local d
-  for d in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "${BASH_SOURCE[1]:-$0}")/.." && pwd)"; do
-    if [[ -n $d && -f $d/slurm/common.sh && -f $d/launch/runlog.py ]]; then
-      (cd "$d" && pwd)
-      return 0
-    fi
-  done
-  echo "error: cannot find the repository (set QUOTECITE_REPO, or run sbatch from the repository root)" >&2
-  return 1
+# qc_software: locate (installing on first use, slurm/env.sh) the GPU software unless QUOTECITE_ENV_SETUP=0, and
+# set QC_DEFAULT_SERVE, the `vllm serve` that runs the judge and embedder servers. env.sh declares nothing with
+# `declare`, so what it sets stays global when sourced here.
+qc_software() {
+  if [[ ${QUOTECITE_ENV_SETUP:-1} == 1 ]]; then
+    # shellcheck source=env.sh
+    source "$QC_REPO/slurm/env.sh"
+    [[ $QC_DRY_RUN == 1 ]] && echo "# software (slurm/env.sh)"
+    qc_env_setup
+    QC_DEFAULT_SERVE="$QC_SERVER_VLLM serve"
+  else
+    QC_DEFAULT_SERVE="vllm serve"
+  fi
+}
+
+# qc_pick_python [FALLBACK]: set QC_PY, the python for launch/runlog.py (standard library + PyYAML):
+# QUOTECITE_PYTHON, else the project's .venv, else FALLBACK when it is executable, else python3 on PATH.
+qc_pick_python() {
+  if [[ -n ${QUOTECITE_PYTHON:-} ]]; then
+    QC_PY=$QUOTECITE_PYTHON
+  elif [[ -x $QC_REPO/.venv/bin/python ]]; then
+    QC_PY=$QC_REPO/.venv/bin/python
+  elif [[ -n ${1:-} && -x $1 ]]; then
+    QC_PY=$1
+  else
+    QC_PY=python3
+  fi
 }
 
 # qc_quote ARGS...: the arguments as one shell-quoted command line.

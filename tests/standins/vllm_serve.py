@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 
 from tests.support.openai_server import ScriptedOpenAIServer
 
@@ -91,12 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         health_delay=args.health_delay,
         never_healthy=args.never_healthy,
     )
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    srv.start()
-    done.wait()
-    srv.stop()
+    srv.serve_until_signal()
     return 0
 
 

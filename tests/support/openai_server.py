@@ -124,6 +124,17 @@ class ScriptedOpenAIServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def serve_until_signal(self, banner: str | None = None) -> None:
+        """Serve until SIGTERM or SIGINT (the program form, for Slurm stand-ins); prints ``banner`` once up."""
+        done = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        signal.signal(signal.SIGINT, lambda *_: done.set())
+        self.start()
+        if banner:
+            print(banner.format(url=self.url), flush=True)
+        done.wait()
+        self.stop()
+
     def count(self, path: str) -> int:
         with self._lock:
             return self._counts[path]
@@ -225,13 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         health_delay=args.health_delay,
         never_healthy=args.never_healthy,
     )
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    srv.start()
-    print(f"serving {args.model} on {srv.url}", flush=True)
-    done.wait()
-    srv.stop()
+    srv.serve_until_signal(f"serving {args.model} on {{url}}")
     return 0
 
 
