@@ -6,9 +6,13 @@ PIP := $(PY) -m pip
 MINERU_VENV := .venv-mineru
 STAMP := $(VENV)/.installed
 MINERU_STAMP := $(MINERU_VENV)/.installed
+EASYR1_VENV := .venv-easyr1
+EASYR1_STAMP := $(EASYR1_VENV)/.installed
+EASYR1_TARBALL ?= ../shared/vendor/EasyR1-b44b311.tar.gz
+TRAINER_LOCK := slurm/trainer.lock
 DEMO_DIR ?= demo_out
 
-.PHONY: install mineru demo test lint bench clean
+.PHONY: install mineru easyr1 demo test test-fast lint bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -31,6 +35,35 @@ $(MINERU_STAMP):
 
 mineru: $(MINERU_STAMP)
 
+# EasyR1 b44b311 (package `verl`, from the vendored `git archive`; on no registry) in its own venv for the `easyr1`
+# test tier (tests/easyr1/), with the cluster trainer's lock (slurm/trainer.lock) as the constraint file, so every
+# package both can install is at the cluster's version. Left out: what needs a GPU or the cluster's CUDA torch 2.8
+# (vllm, flash-attn, liger-kernel, xformers, triton, cupy, nvidia-*, torch/torchvision/torchaudio); the tests put an
+# import-only `vllm` stand-in on the path (tests/easyr1/vllm_standin). torch comes with a torchvision built for it
+# (qwen-vl-utils and Qwen3-VL's video processor import torchvision, and PyPI's torchvision does not load beside the
+# CPU torch 2.13.0 of .venv): on x86_64 torch 2.14.1 + torchvision 0.29.1 (a CUDA build, run on the CPU; about
+# 5.5 GB, from this machine's wheel store), on aarch64 torch 2.9.1 + torchvision 0.24.1 (a CPU build).
+# msgspec is vLLM's, imported by verl.utils.vllm_utils. The project itself is put on PYTHONPATH by the tests.
+EASYR1_GPU_ONLY := ^(torch|torchvision|torchaudio|vllm|xformers|triton|nvidia-[a-z0-9-]+|cupy-cuda12x|cuda-pathfinder|liger[-_]kernel|flash[-_]attn)==
+$(EASYR1_STAMP): $(TRAINER_LOCK) slurm/env.sh
+	@test -f $(EASYR1_TARBALL) || { echo "error: $(EASYR1_TARBALL) not found (EasyR1 b44b311, see ../shared/vendor/README.md)" >&2; exit 1; }
+	rm -rf $(EASYR1_VENV)
+	$(PYTHON) -m venv $(EASYR1_VENV) || python3 -m venv $(EASYR1_VENV)
+	$(EASYR1_VENV)/bin/python -m pip install -q --upgrade pip
+	if [ "$$(uname -m)" = aarch64 ]; then echo "torch==2.9.1 torchvision==0.24.1"; else echo "torch==2.14.1 torchvision==0.29.1"; fi \
+	  | tr ' ' '\n' > $(EASYR1_VENV)/torch-pins.txt
+	$(EASYR1_VENV)/bin/python -m pip install -q -r $(EASYR1_VENV)/torch-pins.txt
+	grep -vE '$(EASYR1_GPU_ONLY)' $(TRAINER_LOCK) | cat - $(EASYR1_VENV)/torch-pins.txt > $(EASYR1_VENV)/constraints.txt
+	tar -xzOf $(EASYR1_TARBALL) EasyR1-b44b311/requirements.txt | grep -vE '^(vllm|flash-attn|liger-kernel)' \
+	  > $(EASYR1_VENV)/requirements-cpu.txt
+	bash -c 'QC_REPO=. && source slurm/env.sh && printf "%s\n" "$${QC_PROJECT_DEPS[@]}"' >> $(EASYR1_VENV)/requirements-cpu.txt
+	echo msgspec >> $(EASYR1_VENV)/requirements-cpu.txt
+	$(EASYR1_VENV)/bin/python -m pip install -q -c $(EASYR1_VENV)/constraints.txt -r $(EASYR1_VENV)/requirements-cpu.txt
+	$(EASYR1_VENV)/bin/python -m pip install -q --no-deps $(EASYR1_TARBALL)
+	touch $(EASYR1_STAMP)
+
+easyr1: $(EASYR1_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m data_prep demo --out $(DEMO_DIR)
 
@@ -38,11 +71,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(STAMP) $(MINERU_STAMP) lint
+test: $(STAMP) $(MINERU_STAMP) $(EASYR1_STAMP) lint
 	$(PY) -m pytest -q
+
+# The quick loop while editing: no MinerU venv, no Slurm, no EasyR1 venv, no PyPI, no wheel build (the tiers that
+# need them are deselected by marker; `make test` runs everything).
+FAST_MARKERS := not mineru and not slurm and not easyr1 and not network and not wheel
+test-fast: $(STAMP) lint
+	$(PY) -m pytest -q -m "$(FAST_MARKERS)"
 
 bench: $(STAMP)
 	$(PY) -m pytest -q benchmarks -s -p no:cacheprovider -o python_files='bench_*.py' -o python_functions='bench_* test_*'
 
 clean:
-	rm -rf $(VENV) $(MINERU_VENV) $(DEMO_DIR)
+	rm -rf $(VENV) $(MINERU_VENV) $(EASYR1_VENV) $(DEMO_DIR)

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Stop the single-node Slurm started by .ci/slurm_up.sh: cancel leftover jobs, stop slurmd, slurmctld, munged.
-# Only daemons started from its config are stopped (a real cluster's config is never touched). Safe to call twice.
+# Stop the local Slurm started by .ci/slurm_up.sh: cancel leftover jobs, stop every slurmd (one per node of the
+# layout), slurmctld, munged, and drop the node names it added to /etc/hosts. Only daemons started from its config
+# are stopped (a real cluster's config is never touched). Safe to call twice.
 set -uo pipefail
 
 CONF=${QUOTECITE_SLURM_CONF:-/etc/slurm/slurm.conf}
 MARK="# written by quotecite .ci/slurm_up.sh"
+HOSTS_MARK="# quotecite .ci/slurm_up.sh nodes"
+RUN_DIR=/run/slurm
 export SLURM_CONF=$CONF
 
 say() { echo "slurm_down: $*"; }
@@ -43,12 +46,21 @@ if command -v scancel >/dev/null && timeout 5 scontrol ping >/dev/null 2>&1; the
     scancel $jobs 2>/dev/null || true
   fi
 fi
-stop_pidfile slurmd /run/slurm/slurmd.pid
-stop_pidfile slurmctld /run/slurm/slurmctld.pid
+# One slurmd per node (slurmd-NODE.pid), and the single slurmd of earlier versions (slurmd.pid).
+for pidfile in "$RUN_DIR"/slurmd-*.pid "$RUN_DIR"/slurmd.pid; do
+  [[ -e $pidfile ]] && stop_pidfile "slurmd ($(basename "$pidfile" .pid))" "$pidfile"
+done
+stop_pidfile slurmctld "$RUN_DIR/slurmctld.pid"
 munge_pid=/run/munge/munged.pid
 if [[ -s $munge_pid ]]; then
   stop_pidfile munged "$munge_pid"
 else
   say "munged: no pid file; leaving it"
+fi
+if [[ -w /etc/hosts ]] && grep -qF "$HOSTS_MARK" /etc/hosts; then
+  say "removing the node names from /etc/hosts"
+  # In place (not a rename): /etc/hosts may be a bind mount.
+  hosts=$(grep -vF "$HOSTS_MARK" /etc/hosts)
+  printf '%s\n' "$hosts" >/etc/hosts
 fi
 say "done"

@@ -6,6 +6,9 @@
    (what the pipeline does) against one encoder call per response.
 2. A 160-response batch through the whole reward against a local OpenAI-compatible server that answers each judge
    request in 0.2 s: concurrent (the default 32 in flight) against a one-request-at-a-time loop (concurrency 1).
+3. Whole-document candidates (the paper's rule, the default) against the page window (``candidates: window``,
+   the earlier rule) on the same 400-block document, each question with a 3-page window: the cost of resolving
+   every quote against all 400 blocks instead of the window's 60, per resolver.
 """
 
 from __future__ import annotations
@@ -68,14 +71,21 @@ def doc400(tmp_path_factory):
     return cached, sentences, encoder
 
 
-def batch_inputs(cached, sentences) -> list[dict]:
-    """32 questions x 5 distinct responses, 3 verbatim quotes each."""
+WINDOW_PAGES = 3
+"""Pages of each question's window in the whole-document vs window comparison."""
+
+
+def batch_inputs(cached, sentences, windows: bool = False) -> list[dict]:
+    """32 questions x 5 distinct responses, 3 verbatim quotes each (from the question's window when ``windows``)."""
     rng = random.Random(11)
     out = []
     for q in range(QUESTIONS):
-        gt = pack_ground_truth(GroundTruth(f"q{q}", cached.key, f"What did entry {q} reach?", "a number", None))
+        first = 1 + q % (PAGES - WINDOW_PAGES + 1)
+        pages = (first, first + WINDOW_PAGES - 1) if windows else None
+        gt = pack_ground_truth(GroundTruth(f"q{q}", cached.key, f"What did entry {q} reach?", "a number", pages))
+        pool = sentences[(first - 1) * PER_PAGE : (first - 1 + WINDOW_PAGES) * PER_PAGE] if windows else sentences
         for r in range(GROUP):
-            quotes = rng.sample(sentences, QUOTES_PER_RESPONSE)
+            quotes = rng.sample(pool, QUOTES_PER_RESPONSE)
             resp = json.dumps({"answer": f"answer {q}-{r}", "quotes": quotes})
             out.append({"response": resp, "response_length": len(resp), "ground_truth": gt})
     return out
@@ -155,3 +165,38 @@ def test_batch_of_160_against_a_0_2s_judge_concurrent_vs_serial(doc400):
     )
     print(f"(serial judge floor: {len(inputs)} x {JUDGE_DELAY_S} s = {len(inputs) * JUDGE_DELAY_S:.0f} s)")
     assert all(b.unscorable == 0 for b, _ in results["concurrent (32)"][2])
+
+
+def test_whole_document_vs_window_candidates(doc400):
+    cached, sentences, encoder = doc400
+    inputs = batch_inputs(cached, sentences, windows=True)
+    n = len(inputs)
+    encoder.embed_texts(["warm-up"])
+    rows = []
+    with ScriptedOpenAIServer() as srv:
+        for resolver in ("embedding", "bm25", "fused"):
+            resolve_s = {}
+            for candidates in ("window", "document"):
+                config = RewardConfig(cache_dir=str(cached.path.parent), judge_url=srv.url, judge="http",
+                                      resolver=resolver, candidates=candidates)  # fmt: skip
+                scorer = RewardScorer(config)
+                scorer.score(inputs[:GROUP])  # warm: document loaded, BM25 index built
+                runs = []
+                for _ in range(3):
+                    scorer.score(inputs)
+                    runs.append(scorer.last.seconds["resolve"])
+                    assert scorer.last.format_ok == n
+                resolve_s[candidates] = sorted(runs)[1]  # median of 3
+            w, d = resolve_s["window"], resolve_s["document"]
+            rows.append([
+                resolver, f"{1000 * w / n:.2f}", f"{1000 * d / n:.2f}", f"{d / w:.1f}x",
+                f"{(d - w) / n / JUDGE_DELAY_S:+.1%}",
+            ])  # fmt: skip
+    window_blocks = WINDOW_PAGES * PER_PAGE
+    print_table(
+        f"resolving against the whole document (the paper, the default) vs a {WINDOW_PAGES}-page window "
+        f"({len(cached.blocks)} vs {window_blocks} candidate blocks), batch of {n}, {QUOTES_PER_RESPONSE} quotes each",
+        ["resolver", "window ms/response", "document ms/response", "ratio", f"extra / {JUDGE_DELAY_S:.1f} s judge"],
+        rows,
+    )
+    print("(the resolve phase only: quote embedding, crops and the judge cost the same either way)")

@@ -4,38 +4,49 @@
   changes whenever any of them changes.
 * A build writes into a temporary directory next to the target and renames it into place (atomic on POSIX);
   an exclusive lock per ``doc_key`` keeps two processes from building the same document at once.
-* ``manifest.json`` is written last and records the number of blocks, the sha256 of ``blocks.jsonl`` and the
-  shape of ``embeddings.npy``; :func:`load_cache` checks all three, so a truncated or mismatched cache is
-  reported (:class:`CacheError`) and never silently used. ``build_cache`` rebuilds such an entry.
+* ``manifest.json`` is written last and records the number of blocks, the sha256 of ``blocks.jsonl`` and of
+  ``embeddings.npy``, the shape of the embeddings, the page count and sizes, and a sha256 of its own content fields
+  (``content_sha256``). :func:`load_cache` checks them all, and that the embeddings are finite and every block lies
+  on a page the document has, so a truncated, edited, reordered or mismatched cache is reported
+  (:class:`CacheError`) and never silently used. ``build_cache`` (without ``force``) rebuilds such an entry.
 * ``embeddings.npy`` is float16, row ``i`` = block ``i``, L2-normalised, memory-mapped on load.
+* A valid entry is read without writing anything, so a read-only cache serves its entries. A build that fails
+  (bad input, a full disk) leaves no entry, temp dir or lock file behind; a full disk is one line
+  (:class:`~data_prep.io.OutputError`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
+import io
 import json
+import math
 import os
 import shutil
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from data_prep import geometry
 from data_prep.document import Document, sha256_file
 from data_prep.encoders import l2_normalize
+from data_prep.io import WRITE_ERRNOS, OutputError
 from data_prep.types import Block, InputError, clip_bbox
 
 CACHE_FORMAT = 1
 """Bumped when the on-disk layout changes; part of the key."""
 
-BBOX_TOLERANCE = 2.0
-"""Points a parser's bbox may exceed the page before it is an error (parsers round outward)."""
+BBOX_TOLERANCE = geometry.BBOX_TOLERANCE
+"""Points a parser's bbox may exceed the page before it is an error (see :mod:`data_prep.geometry`)."""
 
 
 class CacheError(InputError):
@@ -43,7 +54,18 @@ class CacheError(InputError):
 
 
 _MANIFEST_KEYS = ("format", "doc_key", "pdf_sha256", "pdf_path", "n_pages", "page_sizes", "parser", "encoder")
-_MANIFEST_KEYS += ("n_blocks", "blocks_sha256", "created")
+_MANIFEST_KEYS += ("n_blocks", "blocks_sha256", "created", "content_sha256")
+
+_CONTENT_KEYS = ("format", "doc_key", "pdf_sha256", "n_pages", "page_sizes", "text_fingerprint", "parser", "encoder")
+_CONTENT_KEYS += ("n_blocks", "blocks_sha256", "embeddings_sha256")
+"""Manifest fields covered by ``content_sha256``: everything that describes the entry's content (not ``pdf_path``
+or ``created``, which say where and when)."""
+
+
+def manifest_content_sha256(manifest: dict) -> str:
+    """sha256 of the manifest's content fields (:data:`_CONTENT_KEYS`), canonical JSON."""
+    content = {k: manifest.get(k) for k in _CONTENT_KEYS}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def make_doc_key(pdf_sha256: str, parser_name: str, parser_version: str, encoder_fingerprint: str | None) -> str:
@@ -88,6 +110,12 @@ class CachedDoc:
         if doc.sha256 != self.manifest["pdf_sha256"]:
             doc.close()
             raise CacheError(f"{self.pdf_path}: the PDF changed since cache {self.key} was built; rebuild the cache")
+        if doc.n_pages != self.n_pages or [(round(w, 3), round(h, 3)) for w, h in doc.page_sizes] != self.page_sizes:
+            doc.close()
+            raise CacheError(
+                f"{self.path / 'manifest.json'}: says {self.n_pages} pages but {self.pdf_path} has {doc.n_pages} "
+                "(or other page sizes); the manifest was edited: rebuild the cache"
+            )
         return doc
 
 
@@ -96,6 +124,8 @@ def _sha256_bytes(data: bytes) -> str:
 
 
 def _check_writable(cache_dir: Path) -> None:
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise InputError(f"cache dir {cache_dir} is not writable: it is a file, not a folder")
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=cache_dir, prefix=".probe-"):
@@ -106,14 +136,44 @@ def _check_writable(cache_dir: Path) -> None:
 
 @contextlib.contextmanager
 def _lock(cache_dir: Path, key: str) -> Iterator[None]:
+    """Hold the exclusive build lock of ``key``: ``cache_dir/.locks/<key>.lock``, removed again on release (also
+    when the build fails), so no empty lock file is left behind. A waiter that wakes up holding a lock file the
+    previous holder has since removed tries again on the current one, so two builders never both hold it."""
     lock_dir = cache_dir / ".locks"
-    lock_dir.mkdir(exist_ok=True)
-    with open(lock_dir / f"{key}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    path = lock_dir / f"{key}.lock"
+    if lock_dir.exists() and not lock_dir.is_dir():
+        raise OutputError(f"{lock_dir}: the cache's lock folder is a file; remove it")
+    while True:
         try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            lock_dir.mkdir(exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            continue  # the folder was removed by a releasing holder between mkdir and open
+        except OSError as e:
+            if e.errno not in WRITE_ERRNOS:
+                raise
+            raise OutputError(f"{cache_dir}: cannot create the lock file {path.name}: {_why(e)}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                st = None
+            held = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if st is not None and (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)  # the previous holder removed this file on release: lock the current one
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        with contextlib.suppress(OSError):
+            lock_dir.rmdir()  # only when empty: another builder's lock file keeps it
+        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -160,16 +220,43 @@ def validate_blocks(blocks: list[Block], page_sizes: list[tuple[float, float]], 
         if not 1 <= b.page <= n_pages:
             raise InputError(f"{source}: block {i} is on page {b.page} but the PDF has {n_pages} pages")
         w, h = page_sizes[b.page - 1]
-        x0, y0, x1, y1 = b.bbox
-        if x0 < -BBOX_TOLERANCE or y0 < -BBOX_TOLERANCE or x1 > w + BBOX_TOLERANCE or y1 > h + BBOX_TOLERANCE:
-            raise InputError(
-                f"{source}: block {i} bbox {b.bbox} lies outside page {b.page} ({w:.1f} x {h:.1f} pt); "
-                "is the parser output from another PDF?"
-            )
+        # The shared rule (data_prep.geometry); a box left without area keeps its place here (ids are rows).
+        bbox = geometry.page_box(b.bbox, b.page, (w, h), source, f"block {i}") or clip_bbox(b.bbox, w, h)
         if b.parent is not None and not 0 <= b.parent < len(blocks):
             raise InputError(f"{source}: block {i} has parent {b.parent}, which is not a block id")
-        out.append(Block(b.block_id, b.page, clip_bbox(b.bbox, w, h), b.type, b.text, b.parent))
+        out.append(Block(b.block_id, b.page, bbox, b.type, b.text, b.parent))
     return out
+
+
+TEXT_BLOCK_TYPES = frozenset(
+    {"title", "text", "list", "table_caption", "table_footnote", "figure_caption", "header", "footer"}
+)
+"""Block types whose region shows text when the page is rendered."""
+
+
+def warn_blank_text(doc: Document, blocks: list[Block]) -> list[int]:
+    """Warn (one warning per page) when text blocks render blank: on pages whose text uses a font that is neither
+    embedded nor standard (:meth:`Document.unembedded_fonts`; only there can a renderer lack the glyphs), each text
+    block's region of the rendered page is checked for ink (:meth:`Document.blank_regions`). Page images and crops
+    of such blocks, which a model or a judge sees, show no text, though the blocks have it. Returns those pages."""
+    by_page: dict[int, list[Block]] = {}
+    for b in blocks:
+        if b.type in TEXT_BLOCK_TYPES and b.text.strip():
+            by_page.setdefault(b.page, []).append(b)
+    pages = []
+    for page, items in sorted(by_page.items()):
+        fonts = doc.unembedded_fonts(page)
+        if not fonts:
+            continue
+        n_blank = sum(doc.blank_regions(page, [b.bbox for b in items]))
+        if n_blank:
+            pages.append(page)
+            warnings.warn(
+                f"{doc.path}: page {page}: {n_blank} of {len(items)} text blocks render blank (font not embedded: "
+                f"{', '.join(sorted(fonts))}; no stand-in on this machine?): page images and crops show no text there",
+                stacklevel=2,
+            )
+    return pages
 
 
 def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
@@ -211,15 +298,51 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
         emb_path = path / "embeddings.npy"
         try:
             embeddings = np.load(emb_path, mmap_mode="r" if mmap else None)
-        except (OSError, ValueError) as e:
-            raise CacheError(f"{emb_path}: unreadable or truncated ({e}); rebuild") from None
+        except (OSError, ValueError, EOFError) as e:
+            why = "empty file" if isinstance(e, EOFError) else str(e)
+            raise CacheError(f"{emb_path}: unreadable or truncated ({why}); rebuild") from None
         try:
             expected = (len(blocks), int(manifest["encoder"]["dim"]))
         except (KeyError, TypeError, ValueError):
             raise CacheError(f"{manifest_path}: encoder entry has no dim; rebuild") from None
         if embeddings.shape != expected or embeddings.dtype != np.float16:
             raise CacheError(f"{emb_path}: shape {embeddings.shape} {embeddings.dtype}, expected {expected} float16")
+        if "embeddings_sha256" not in manifest:
+            raise CacheError(f"{manifest_path}: manifest lacks embeddings_sha256 (an older entry); rebuild")
+        try:
+            emb_sha = sha256_file(emb_path)
+        except OSError as e:
+            raise CacheError(f"{emb_path}: unreadable ({e.strerror}); rebuild") from None
+        if emb_sha != manifest["embeddings_sha256"]:
+            raise CacheError(
+                f"{emb_path}: content does not match the manifest (rewritten, reordered or damaged); rebuild"
+            )
+        if not np.isfinite(embeddings).all():
+            bad = int((~np.isfinite(embeddings)).any(axis=1).sum())
+            raise CacheError(f"{emb_path}: {bad} of {len(blocks)} rows hold NaN or infinite values; rebuild")
+    _check_pages(manifest, blocks, manifest_path)
+    if manifest.get("content_sha256") != manifest_content_sha256(manifest):
+        raise CacheError(f"{manifest_path}: manifest content does not match its content_sha256 (edited); rebuild")
     return CachedDoc(key=key, path=path, manifest=manifest, blocks=blocks, embeddings=embeddings)
+
+
+def _check_pages(manifest: dict, blocks: list[Block], manifest_path: Path) -> None:
+    """The page count and sizes agree with each other and with the blocks (every block on a page that exists)."""
+    n_pages, sizes = manifest.get("n_pages"), manifest.get("page_sizes")
+    if not isinstance(n_pages, int) or isinstance(n_pages, bool) or n_pages < 1:
+        raise CacheError(f"{manifest_path}: n_pages {n_pages!r} is not a positive page count; rebuild")
+    if not isinstance(sizes, list) or len(sizes) != n_pages:
+        n_sizes = len(sizes) if isinstance(sizes, list) else "no"
+        raise CacheError(f"{manifest_path}: n_pages is {n_pages} but it lists {n_sizes} page sizes (edited); rebuild")
+    for i, wh in enumerate(sizes, 1):
+        ok = isinstance(wh, list) and len(wh) == 2 and all(isinstance(v, int | float) for v in wh)
+        if not ok or not all(math.isfinite(v) and v > 0 for v in wh):
+            raise CacheError(f"{manifest_path}: page {i} size {wh!r} is not two positive numbers; rebuild")
+    last = max((b.page for b in blocks), default=0)
+    if last > n_pages:
+        raise CacheError(
+            f"{manifest_path}: n_pages is {n_pages} but blocks.jsonl has blocks on page {last} (edited); rebuild"
+        )
 
 
 def build_cache(
@@ -238,7 +361,6 @@ def build_cache(
     cache_dir = Path(cache_dir)
     pdf = Path(pdf)
     with Document.open(pdf) as doc:
-        _check_writable(cache_dir)
         enc_fp = encoder.fingerprint() if encoder is not None else None
         parser_version = parser.version()
         if parser_output is not None:
@@ -248,73 +370,110 @@ def build_cache(
                 raise InputError(f"{parser_output}: parser output file not found")
             parser_version += f"+output:{sha256_file(parser_output)[:16]}"
         key = make_doc_key(doc.sha256, parser.name, parser_version, enc_fp)
+        expected = {
+            "pdf_sha256": doc.sha256,
+            "parser": {"name": parser.name, "version": parser_version},
+            "encoder_fingerprint": enc_fp,
+        }
+        if not force:
+            # A valid entry is served without writing anything (no lock: entries are never changed in place, and
+            # one being replaced fails a check and takes the locked path below), so a read-only cache works.
+            cached = _valid_entry(cache_dir, key, expected)
+            if cached is not None:
+                return cached
+        _check_writable(cache_dir)
         with _lock(cache_dir, key):
             _remove_stale(cache_dir, key)
-            target = cache_dir / key
-            expected = {
-                "pdf_sha256": doc.sha256,
-                "parser": {"name": parser.name, "version": parser_version},
-                "encoder_fingerprint": enc_fp,
-            }
-            if target.exists() and not force:
-                try:
-                    cached = load_cache(cache_dir, key)
-                except CacheError:
-                    cached = None  # corrupt entry: rebuilt below
-                if cached is not None and _entry_matches(cached.manifest, expected):
+            if not force:
+                cached = _valid_entry(cache_dir, key, expected)  # built by another process meanwhile
+                if cached is not None:
                     return cached
-            source = str(parser_output) if parser_output else f"{parser.name} parse of {pdf}"
-            blocks = parser.parse(doc, Path(parser_output) if parser_output else None)
-            blocks = validate_blocks(blocks, doc.page_sizes, source)
-            emb = None
-            if encoder is not None:
-                emb = encoder.embed_blocks(doc, blocks) if blocks else np.zeros((0, encoder.dim), np.float32)
-                emb = np.asarray(emb, dtype=np.float32)
-                if emb.shape != (len(blocks), encoder.dim):
-                    raise RuntimeError(
-                        f"encoder {encoder.name} returned {emb.shape}, expected {(len(blocks), encoder.dim)}"
-                    )
-                if not np.all(np.isfinite(emb)):
-                    raise RuntimeError(f"encoder {encoder.name} returned non-finite embeddings for {pdf}")
-                emb = l2_normalize(emb)  # rows stay unit-norm whatever the encoder did
-            blocks_bytes = "".join(json.dumps(b.to_json(), ensure_ascii=False) + "\n" for b in blocks).encode()
-            manifest = {
-                "format": CACHE_FORMAT,
-                "doc_key": key,
-                "pdf_sha256": doc.sha256,
-                "pdf_path": str(pdf.resolve()),
-                "n_pages": doc.n_pages,
-                "page_sizes": [[round(w, 3), round(h, 3)] for w, h in doc.page_sizes],
-                "text_fingerprint": doc.text_fingerprint(),
-                "parser": {"name": parser.name, "version": parser_version},
-                "encoder": None
-                if encoder is None
-                else {"name": encoder.name, "dim": encoder.dim, "fingerprint": enc_fp},
-                "n_blocks": len(blocks),
-                "blocks_sha256": _sha256_bytes(blocks_bytes),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            }
-            tmp = cache_dir / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            tmp.mkdir()
-            try:
-                _write_file(tmp / "blocks.jsonl", blocks_bytes)
-                if emb is not None:
-                    with open(tmp / "embeddings.npy", "wb") as f:
-                        np.save(f, emb.astype(np.float16))
-                        f.flush()
-                        os.fsync(f.fileno())
-                _write_file(tmp / "manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False).encode())
-                _fsync_dir(tmp)
-                if target.exists():
-                    trash = cache_dir / f".trash-{key}-{uuid.uuid4().hex[:8]}"
-                    os.rename(target, trash)
-                    shutil.rmtree(trash, ignore_errors=True)
-                os.rename(tmp, target)
-                _fsync_dir(cache_dir)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            return load_cache(cache_dir, key)
+            return _build_locked(doc, pdf, parser, encoder, cache_dir, parser_output, key, parser_version, enc_fp)
+
+
+def _why(e: OSError) -> str:
+    return "no space left on the device" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+
+
+def _write_error(cache_dir: Path, pdf: Path, e: OSError) -> OutputError:
+    return OutputError(
+        f"{cache_dir}: cannot write the cache entry of {pdf}: {_why(e)}; nothing was changed in the cache"
+    )
+
+
+def _valid_entry(cache_dir: Path, key: str, expected: dict) -> CachedDoc | None:
+    """The entry ``key`` when it is present, passes every check of :func:`load_cache` and was built from the same
+    PDF, parser and encoder; None otherwise (to be rebuilt)."""
+    if not (cache_dir / key).exists():
+        return None
+    try:
+        cached = load_cache(cache_dir, key)
+    except CacheError:
+        return None  # damaged or edited: rebuilt by the caller
+    return cached if _entry_matches(cached.manifest, expected) else None
+
+
+def _build_locked(doc, pdf, parser, encoder, cache_dir, parser_output, key, parser_version, enc_fp) -> CachedDoc:
+    """Parse, embed and write the entry ``key`` (the caller holds its lock)."""
+    target = cache_dir / key
+    source = str(parser_output) if parser_output else f"{parser.name} parse of {pdf}"
+    blocks = parser.parse(doc, Path(parser_output) if parser_output else None)
+    blocks = validate_blocks(blocks, doc.page_sizes, source)
+    warn_blank_text(doc, blocks)
+    emb = None
+    if encoder is not None:
+        emb = encoder.embed_blocks(doc, blocks) if blocks else np.zeros((0, encoder.dim), np.float32)
+        emb = np.asarray(emb, dtype=np.float32)
+        if emb.shape != (len(blocks), encoder.dim):
+            raise RuntimeError(f"encoder {encoder.name} returned {emb.shape}, expected {(len(blocks), encoder.dim)}")
+        if not np.all(np.isfinite(emb)):
+            raise RuntimeError(f"encoder {encoder.name} returned non-finite embeddings for {pdf}")
+        emb = l2_normalize(emb)  # rows stay unit-norm whatever the encoder did
+    blocks_bytes = "".join(json.dumps(b.to_json(), ensure_ascii=False) + "\n" for b in blocks).encode()
+    emb_bytes = None
+    if emb is not None:
+        buf = io.BytesIO()
+        np.save(buf, emb.astype(np.float16))
+        emb_bytes = buf.getvalue()
+    manifest = {
+        "format": CACHE_FORMAT,
+        "doc_key": key,
+        "pdf_sha256": doc.sha256,
+        "pdf_path": str(pdf.resolve()),
+        "n_pages": doc.n_pages,
+        "page_sizes": [[round(w, 3), round(h, 3)] for w, h in doc.page_sizes],
+        "text_fingerprint": doc.text_fingerprint(),
+        "parser": {"name": parser.name, "version": parser_version},
+        "encoder": None if encoder is None else {"name": encoder.name, "dim": encoder.dim, "fingerprint": enc_fp},
+        "n_blocks": len(blocks),
+        "blocks_sha256": _sha256_bytes(blocks_bytes),
+        "embeddings_sha256": None if emb_bytes is None else _sha256_bytes(emb_bytes),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    manifest["content_sha256"] = manifest_content_sha256(manifest)
+    tmp = cache_dir / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.mkdir()
+        try:
+            _write_file(tmp / "blocks.jsonl", blocks_bytes)
+            if emb_bytes is not None:
+                _write_file(tmp / "embeddings.npy", emb_bytes)
+            _write_file(tmp / "manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False).encode())
+            _fsync_dir(tmp)
+            if target.exists():
+                trash = cache_dir / f".trash-{key}-{uuid.uuid4().hex[:8]}"
+                os.rename(target, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.rename(tmp, target)
+            _fsync_dir(cache_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except OSError as e:
+        if e.errno not in WRITE_ERRNOS:
+            raise
+        raise _write_error(cache_dir, pdf, e) from None
+    return load_cache(cache_dir, key)
 
 
 def list_cache(cache_dir: str | Path) -> list[str]:

@@ -4,7 +4,7 @@ Two ways in, one output (boxes ``[page, x0, y0, x1, y1]`` in PDF points, origin 
 pages 1-based):
 
 1. **Rehydrate the verified release** (``--release verified_eval_set.jsonl``, fields in
-   ``../shared/papers/verified-eval-set-card.txt``: ``index, pdf_stem, language, qtype, n_pdf_pages, alignment,
+   ``docs/METHOD.md``, "Evaluation set": ``index, pdf_stem, language, qtype, n_pdf_pages, alignment,
    gt_pages, gt_necessary, gt_all``) by joining it on ``index`` with a local CiteVQA download (``--citevqa``,
    for the question and answer, which the release does not redistribute) and the PDFs (``--pdf-dir``,
    ``<pdf_stem>.pdf``). The release's boxes are ``[page, x1, y1, x2, y2]`` in rendered-page pixels;
@@ -12,7 +12,7 @@ pages 1-based):
    budget, aspect kept, as the paper's models saw it), ``dpi:N``, ``points`` or ``norm1000``. A box that lands
    outside its page is counted ("box outside page"): many of them mean the space is wrong.
 2. **Convert and verify raw CiteVQA** (no ``--release``): each evidence box of the CiteVQA record is
-   ``[y1, x1, y2, x2]`` on a 0-1000 scale of the page (SPEC; the benchmark's own prompt says x-first, which is
+   ``[y1, x1, y2, x2]`` on a 0-1000 scale of the page (docs/METHOD.md, "Box order trap"; the benchmark's own prompt says x-first, which is
    wrong) and becomes points with the page size. The **verification filter** then reads the PDF's text layer
    under each converted box and requires the annotated evidence text to be there (token recall of the annotation
    in the extracted text >= ``--min-text-recall``); a question with any contradicting element is dropped. An
@@ -20,8 +20,23 @@ pages 1-based):
    question with no checkable element is kept as ``unverifiable``. Reading the raw order as x-first puts the box
    elsewhere on the page, so the filter drops such records (tested).
 
+**Byte verification** (paper Appendix B, both ways in): CiteVQA lists every source PDF in
+``data/download/pdf_source.csv`` (``track_id, content_length, page_count, url, ...``) as it was when annotated. A
+local PDF whose size in bytes differs from ``content_length``, whose page count differs from ``page_count``, or
+whose ``track_id`` (file stem) the list lacks is another version of the document than the one annotated, and its
+questions are dropped ("not byte-verified"; the paper drops 16). The list is ``--pdf-source CSV``, by default
+``data/download/pdf_source.csv`` of the checkout holding ``--citevqa`` (``data/validation/CiteVQA.json``).
+Without it the step cannot run and the command stops unless ``--no-byte-check`` (the earlier behaviour) is given.
+
+**Element types** (``gt_types``, paper Table 7: text incl. titles and lists, table incl. captions and footnotes,
+figure incl. image captions): from each element's annotated type when the CiteVQA record has an evidence list
+with types (way 1 matches a release element to the record's element on the same page with the highest IoU,
+>= 0.5); otherwise, with ``--types-cache DIR`` (a block cache of these PDFs, ``python -m data_prep blocks``), the
+type of the parsed block that overlaps the element most on its page. A question with an element neither source
+types gets no ``gt_types`` (left out of Table 7, counted in the funnel as ``untyped``).
+
 The funnel is printed (records -> unreadable PDF / pages out of range / box outside page / text mismatch /
-kept) and written next to the output as ``<out>.funnel.json``.
+not byte-verified / kept) and written next to the output as ``<out>.funnel.json``.
 
 The field names of the raw CiteVQA records are read from :class:`CiteVQAFields` (several spellings are tried).
 Checked against opendatalab/CiteVQA's own scripts (``infer/run.py``, ``eval/run.py``, ``eval/summarize.py``):
@@ -60,6 +75,7 @@ FUNNEL_STEPS = (
     "pages out of range",
     "box outside page",
     "text mismatch",
+    "not byte-verified",
     "kept",
 )
 """Funnel counters, in order; ``kept`` is split into ``verified`` and ``unverifiable``."""
@@ -100,8 +116,8 @@ _BBOX_TAG = re.compile(
 def strip_bbox_tags(text: str) -> str:
     """The answer text without its ``<bbox .../>`` tags (whitespace around them collapsed).
 
-    >>> strip_bbox_tags('Rose by 5%: <bbox page="2" x1="1" y1="2" x2="3" y2="4" />\nso yes.')
-    'Rose by 5%:\nso yes.'
+    >>> strip_bbox_tags('Rose by 5%: <bbox page="2" x1="1" y1="2" x2="3" y2="4" />\\nso yes.')
+    'Rose by 5%:\\nso yes.'
     """
     out = _BBOX_TAG.sub("", text)
     out = re.sub(r"[ \t]+\n", "\n", out)
@@ -241,6 +257,138 @@ def _element_type(t: Any) -> str:
     return "text"
 
 
+# ---------------------------------------------------------------------------------------------- byte verification
+@dataclass(frozen=True)
+class SourcePdf:
+    """One row of CiteVQA's ``pdf_source.csv``: the annotated version's size in bytes and page count."""
+
+    content_length: int | None
+    page_count: int | None
+
+
+def load_pdf_source(path: str | Path) -> dict[str, SourcePdf]:
+    """``track_id`` -> :class:`SourcePdf` from CiteVQA's ``data/download/pdf_source.csv``."""
+    import csv
+
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise InputError(f"{path}: cannot read CiteVQA's PDF list ({e})") from None
+    if not rows or "track_id" not in rows[0] or "content_length" not in rows[0]:
+        raise InputError(f"{path}: expected CiteVQA's pdf_source.csv (columns track_id, content_length, page_count)")
+
+    def num(v, line: int, name: str) -> int | None:
+        v = (v or "").strip()
+        if not v:
+            return None
+        try:
+            return int(float(v))
+        except ValueError:
+            raise InputError(f"{path}:{line}: {name} {v!r} is not a number") from None
+
+    return {
+        r["track_id"].strip(): SourcePdf(num(r.get("content_length"), i, "content_length"),
+                                         num(r.get("page_count"), i, "page_count"))
+        for i, r in enumerate(rows, 2)
+    }  # fmt: skip
+
+
+def default_pdf_source(citevqa_json: Path) -> Path:
+    """Where CiteVQA keeps its PDF list relative to ``data/validation/CiteVQA.json``."""
+    return citevqa_json.resolve().parent.parent / "download" / "pdf_source.csv"
+
+
+def byte_verified(doc: Document, stem: str, sources: dict[str, SourcePdf]) -> bool:
+    """True when the local PDF is the annotated version: listed, same size in bytes, same page count."""
+    src = sources.get(stem)
+    if src is None:
+        return False
+    if src.content_length is not None and doc.path.stat().st_size != src.content_length:
+        return False
+    return src.page_count is None or doc.n_pages == src.page_count
+
+
+# ---------------------------------------------------------------------------------------------- element types
+def _iou(a, b) -> float:
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    if w <= 0 or h <= 0:
+        return 0.0
+    inter = w * h
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def _best_type(page: int, box, typed: list[tuple[int, tuple, str | None]], min_iou: float) -> str | None:
+    best, best_iou = None, min_iou
+    for p, b, t in typed:
+        if p == page and t is not None:
+            v = _iou(box, b)
+            if v >= best_iou and (best is None or v > best_iou):
+                best, best_iou = t, v
+    return best
+
+
+def types_from_record(record: dict, doc: Document, fields: CiteVQAFields) -> list[tuple[int, tuple, str | None]]:
+    """The CiteVQA record's evidence elements as ``(page, box in points, type or None)`` (empty without a list)."""
+    evidence = _get(record, fields.evidence)
+    out = []
+    if isinstance(evidence, list):
+        for ev in evidence:
+            if not isinstance(ev, dict):
+                continue
+            page, bbox, t = _get(ev, fields.ev_page), _get(ev, fields.ev_bbox), _get(ev, fields.ev_type)
+            try:
+                page = int(page)
+                box = raw_box_to_points(bbox, doc.page_sizes[page - 1])
+            except (TypeError, ValueError, IndexError):
+                continue
+            out.append((page, box, _element_type(t) if t not in (None, "") else None))
+    return out
+
+
+class BlockTypes:
+    """Types of parsed blocks from a block cache (``--types-cache``), by PDF stem."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        from eval.cmd_resolve import DocCache
+
+        self.docs = DocCache(cache_dir)
+
+    def typed(self, stem: str) -> list[tuple[int, tuple, str | None]]:
+        try:
+            cached = self.docs.get(stem)
+        except InputError:
+            return []
+        return [(b.page, tuple(b.bbox), _element_type(b.type)) for b in cached.blocks]
+
+
+def element_types(
+    elements: list, sources: list[tuple[list[tuple[int, tuple, str | None]], float]]
+) -> list[str] | None:
+    """One type per ``[page, x0, y0, x1, y1]`` element (points): from the first ``(typed elements, min IoU)`` source
+    holding a typed element on the same page with IoU >= min IoU (the highest IoU wins); None when any element
+    stays untyped (the question gets no ``gt_types`` rather than a guessed one)."""
+    out = []
+    for e in elements:
+        t = None
+        for typed, min_iou in sources:
+            t = _best_type(int(e[0]), tuple(e[1:]), typed, min_iou)
+            if t is not None:
+                break
+        if t is None:
+            return None
+        out.append(t)
+    return out
+
+
+ANNOTATION_MATCH_IOU = 0.5
+"""A release element takes the type of the record's annotated element it overlaps with at least this IoU."""
+BLOCK_MATCH_IOU = 1e-9
+"""A parsed block types an element it overlaps at all (the most-overlapping block wins)."""
+
+
 # ---------------------------------------------------------------------------------------------- building
 class _Pdfs:
     """Opened PDFs by stem (a failure is remembered as None)."""
@@ -284,9 +432,15 @@ def verify_element(doc: Document, page: int, box, annotated: str, cfg: VerifyCon
 
 
 def convert_raw(
-    records: list[dict], pdf_dir: Path, fields: CiteVQAFields = CiteVQAFields(), cfg: VerifyConfig = VerifyConfig()
+    records: list[dict],
+    pdf_dir: Path,
+    fields: CiteVQAFields = CiteVQAFields(),
+    cfg: VerifyConfig = VerifyConfig(),
+    sources: dict[str, SourcePdf] | None = None,
+    block_types: BlockTypes | None = None,
 ) -> tuple[list[dict], Counter]:
-    """Raw CiteVQA records -> verified gold records and the funnel (module docstring, way 2)."""
+    """Raw CiteVQA records -> verified gold records and the funnel (module docstring, way 2). ``sources``: CiteVQA's
+    PDF list for byte verification (None skips it); ``block_types``: parsed blocks typing untyped elements."""
     funnel: Counter = Counter()
     out = []
     pdfs = _Pdfs(pdf_dir)
@@ -329,12 +483,23 @@ def convert_raw(
             if any(c is False for c in checks):
                 funnel["text mismatch"] += 1
                 continue
+            if sources is not None and not byte_verified(doc, stem, sources):
+                funnel["not byte-verified"] += 1
+                continue
             alignment = "verified" if any(c is True for c in checks) else "unverifiable"
             funnel["kept"] += 1
             funnel[alignment] += 1
             flags = [_get(ev, fields.ev_necessary) for _, _, _, ev in converted]
             necessary = [e for e, f in zip(converted, flags, strict=True) if f is None or bool(f)]
             question = str(_get(rec, fields.question, ""))
+            annotated = [(p, b, _element_type(t) if (t := _get(ev, fields.ev_type)) not in (None, "") else None)
+                         for p, b, _, ev in converted]  # fmt: skip
+            type_sources = [(annotated, 1.0 - 1e-9)]  # an element's own annotation (same box)
+            if block_types is not None:
+                type_sources.append((block_types.typed(stem), BLOCK_MATCH_IOU))
+            types = element_types([[p, *b] for p, b, _, _ in necessary], type_sources)
+            if types is None:
+                funnel["untyped"] += 1
             out.append(
                 {
                     "index": index,
@@ -345,7 +510,7 @@ def convert_raw(
                     "qtype": str(_get(rec, fields.qtype, "")),
                     "gt_necessary": [[p, *(round(v, 3) for v in b)] for p, b, _, _ in necessary],
                     "gt_all": [[p, *(round(v, 3) for v in b)] for p, b, _, _ in converted],
-                    "gt_types": [_element_type(_get(ev, fields.ev_type)) for _, _, _, ev in necessary],
+                    **({"gt_types": types} if types is not None else {}),
                     "alignment": alignment,
                     "pdf": str(doc.path),
                 }
@@ -365,8 +530,11 @@ def rehydrate(
     space: str = "max-pixels:1000000",
     fields: CiteVQAFields = CiteVQAFields(),
     cfg: VerifyConfig = VerifyConfig(),
+    sources: dict[str, SourcePdf] | None = None,
+    block_types: BlockTypes | None = None,
 ) -> tuple[list[dict], Counter]:
-    """Verified release + CiteVQA download + PDFs -> gold records and the funnel (module docstring, way 1)."""
+    """Verified release + CiteVQA download + PDFs -> gold records and the funnel (module docstring, way 1);
+    ``sources`` and ``block_types`` as in :func:`convert_raw`."""
     release_scale(space, (612.0, 792.0))  # reject a bad --release-space before any work
     by_index = {str(_get(r, fields.index)): r for r in citevqa}
     funnel: Counter = Counter()
@@ -408,6 +576,15 @@ def rehydrate(
             if any(not _inside(e[1:], doc.page_sizes[e[0] - 1], cfg.page_tolerance_pt) for e in (*nec_pt, *all_pt)):
                 funnel["box outside page"] += 1
                 continue
+            if sources is not None and not byte_verified(doc, str(rec["pdf_stem"]), sources):
+                funnel["not byte-verified"] += 1
+                continue
+            type_sources = [(types_from_record(src, doc, fields), ANNOTATION_MATCH_IOU)]
+            if block_types is not None:
+                type_sources.append((block_types.typed(str(rec["pdf_stem"])), BLOCK_MATCH_IOU))
+            types = element_types(nec_pt, type_sources)
+            if types is None:
+                funnel["untyped"] += 1
             funnel["kept"] += 1
             alignment = str(rec.get("alignment", ""))
             if alignment:
@@ -423,6 +600,7 @@ def rehydrate(
                     "qtype": str(rec.get("qtype", "")),
                     "gt_necessary": nec_pt,
                     "gt_all": all_pt,
+                    **({"gt_types": types} if types is not None else {}),
                     "alignment": alignment,
                     "pdf": str(doc.path),
                 }
@@ -442,6 +620,8 @@ def format_funnel(funnel: Counter) -> str:
     split = [f"{k} {funnel[k]}" for k in ("verified", "unverifiable") if funnel[k]]
     if split:
         lines.append(f"{'':>26}  ({', '.join(split)})")
+    if funnel["untyped"]:
+        lines.append(f"{'':>26}  ({funnel['untyped']} kept without gt_types: an element no source types)")
     return "\n".join(lines)
 
 
@@ -452,6 +632,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--release", type=Path, default=None, help="verified release JSONL: rehydrate it")
     parser.add_argument("--release-space", default="max-pixels:1000000", help="units of the release's boxes")
     parser.add_argument("--min-text-recall", type=float, default=VerifyConfig.min_text_recall)
+    parser.add_argument(
+        "--pdf-source",
+        type=Path,
+        default=None,
+        help="CiteVQA's data/download/pdf_source.csv for byte verification (default: beside --citevqa's data/)",
+    )
+    parser.add_argument(
+        "--no-byte-check", action="store_true", help="skip byte verification (keep PDFs of another version)"
+    )
+    parser.add_argument(
+        "--types-cache", type=Path, default=None, help="block cache typing elements the annotations do not type"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -459,14 +651,34 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.pdf_dir.is_dir():
         raise InputError(f"{args.pdf_dir}: PDF folder not found")
+    from data_prep.io import refuse_output_over_inputs
+
+    funnel_path = args.out.with_name(args.out.name + ".funnel.json")
+    refuse_output_over_inputs(args.out, [args.citevqa, args.release])
+    refuse_output_over_inputs(funnel_path, [args.citevqa, args.release], flag="the funnel file")
     citevqa = load_citevqa(args.citevqa)
+    sources = None
+    if not args.no_byte_check:
+        csv_path = args.pdf_source or default_pdf_source(args.citevqa)
+        if not csv_path.is_file():
+            raise InputError(
+                f"{csv_path}: CiteVQA's PDF list not found; byte verification (paper Appendix B) needs it: give "
+                "--pdf-source data/download/pdf_source.csv of your CiteVQA checkout, or --no-byte-check"
+            )
+        sources = load_pdf_source(csv_path)
+    block_types = BlockTypes(args.types_cache) if args.types_cache is not None else None
     if args.release is not None:
         release = [d for _, d in iter_jsonl(args.release)]
-        rows, funnel = rehydrate(release, citevqa, args.pdf_dir, args.release_space)
+        rows, funnel = rehydrate(
+            release, citevqa, args.pdf_dir, args.release_space, sources=sources, block_types=block_types
+        )
     else:
-        rows, funnel = convert_raw(citevqa, args.pdf_dir, cfg=VerifyConfig(min_text_recall=args.min_text_recall))
+        rows, funnel = convert_raw(
+            citevqa, args.pdf_dir, cfg=VerifyConfig(min_text_recall=args.min_text_recall), sources=sources,
+            block_types=block_types,
+        )  # fmt: skip
     write_jsonl(args.out, rows)
-    write_json(args.out.with_name(args.out.name + ".funnel.json"), dict(funnel))
+    write_json(funnel_path, dict(funnel))
     print(format_funnel(funnel))
     print(f"wrote {len(rows)} gold records to {args.out}")
     if funnel["box outside page"] and funnel["box outside page"] >= funnel["kept"]:

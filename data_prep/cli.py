@@ -2,7 +2,11 @@
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``; modules are
 imported only when their command runs, so ``--help`` stays fast and a GPU-only import never breaks the others.
-Bad input (:class:`~data_prep.types.InputError`, missing files) prints one line ``error: ...`` and exits 2.
+Our own errors (:class:`~data_prep.errors.QuoteciteError`: bad input is its subclass
+:class:`~data_prep.types.InputError`, an unknown plug-in name :class:`~data_prep.registry.UnknownNameError`), a
+missing file and a write the system refuses (a full disk, a read-only folder: :data:`data_prep.io.WRITE_ERRNOS`)
+print one line ``error: ...`` and exit 2; anything else (a ``KeyError`` or ``TypeError`` from a bug included) is a
+bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import argparse
 import importlib
 import sys
 
-from data_prep.types import InputError
+from data_prep.errors import QuoteciteError
 
 
 def main(prog: str, description: str, commands: dict[str, tuple[str, str]], argv: list[str] | None = None) -> int:
@@ -38,7 +42,14 @@ def main(prog: str, description: str, commands: dict[str, tuple[str, str]], argv
     args = cmd_parser.parse_args(argv[1:])
     try:
         return int(module.run(args) or 0)
-    except (InputError, FileNotFoundError, KeyError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"{prog} {argv[0]}: error: {msg}", file=sys.stderr)
+    except (QuoteciteError, FileNotFoundError) as e:
+        print(f"{prog} {argv[0]}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        from data_prep.io import WRITE_ERRNOS
+
+        if e.errno not in WRITE_ERRNOS:
+            raise  # anything else is a bug: its traceback is wanted
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"{prog} {argv[0]}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2

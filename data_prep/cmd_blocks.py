@@ -5,17 +5,22 @@ Prints one JSON line per document on stdout::
     {"pdf": "a.pdf", "doc_key": "...", "n_pages": 4, "n_blocks": 57, "cache_path": "cache/...", "types": {...}}
 
 ``types`` counts the document's blocks per type. A progress bar over the documents and a closing summary go to
-stderr. An entry that is already in the cache and valid is reused (``--force`` rebuilds it). Bad input (a missing,
-non-PDF, encrypted or empty file, a parser output of another PDF, an unwritable cache dir, an unreachable
-embedding server) stops the run with one line ``error: ...`` and exit status 2; the documents before it keep
-their complete entries, and no partial entry is ever left.
+stderr. An entry that is already in the cache and passes every check is reused, also from a read-only cache
+(``--force`` rebuilds it); a damaged or edited entry (zero-byte, NaN or reordered embeddings, an edited manifest) is
+rebuilt. Bad input (a missing, non-PDF, encrypted or empty file, a parser output of another PDF or with NaN or
+off-page boxes, an unwritable cache dir, a full disk, an unreachable embedding server) stops the run with one line
+``error: ...`` and exit status 2; the documents before it keep their complete entries, and no partial entry is ever
+left. Warnings print one line each, but repeated ones (2,000 blank pages) are summarised (:class:`WarningSummary`).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
+import logging
+import re
 import sys
 import time
 import warnings
@@ -83,10 +88,54 @@ def _make_encoder(args: argparse.Namespace):
     return get_encoder("qwen3-vl-embedding", **kwargs)
 
 
-def _one_line_warnings(message, category, filename, lineno, file=None, line=None) -> None:
-    from tqdm import tqdm
+class WarningSummary:
+    """Prints warnings as one line each (``warning: ...``, above the progress bar), but only the first
+    :attr:`show` of each kind: messages that differ only in their numbers ("page 7 has no text layer", "page 8
+    ...") are one kind. :meth:`flush` (after each document and at the end) prints one line per kind that had more,
+    so 2,000 blank pages make 4 lines, not 2,000. Library warnings (:mod:`warnings`) and ``data_prep`` log records
+    of level WARNING and up both come here."""
 
-    tqdm.write(f"warning: {message}", file=sys.stderr)
+    def __init__(self, show: int = 3, file=None) -> None:
+        self.show = show
+        self.file = file
+        self.seen: collections.Counter[str] = collections.Counter()
+        self.example: dict[str, str] = {}
+        self.total = 0
+
+    def _write(self, text: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(text, file=self.file or sys.stderr)
+
+    def warn(self, message: str) -> None:
+        message = " ".join(str(message).split())
+        kind = re.sub(r"\d+(?:\.\d+)?", "#", message)
+        self.seen[kind] += 1
+        self.total += 1
+        if self.seen[kind] <= self.show:
+            self._write(f"warning: {message}")
+        else:
+            self.example[kind] = message
+
+    def flush(self) -> None:
+        for kind, n in self.seen.items():
+            if n > self.show:
+                self._write(f"warning: ... and {n - self.show} more like this (last: {self.example[kind]})")
+        self.seen.clear()
+        self.example.clear()
+
+    def showwarning(self, message, category, filename, lineno, file=None, line=None) -> None:
+        self.warn(str(message))
+
+    def handler(self) -> logging.Handler:
+        summary = self
+
+        class _Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                summary.warn(record.getMessage())
+
+        h = _Handler(logging.WARNING)
+        return h
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,8 +153,17 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     n_pages = n_blocks = 0
-    with warnings.catch_warnings():
-        warnings.showwarning = _one_line_warnings
+    summary = WarningSummary()
+    log_handler = summary.handler()
+    data_log = logging.getLogger("data_prep")
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
+        # Every occurrence of ours is counted (WarningSummary decides what is printed); library deprecations stay
+        # hidden as by default.
+        warnings.filterwarnings("always", category=UserWarning)
+        warnings.showwarning = summary.showwarning
+        data_log.addHandler(log_handler)
+        stack.callback(data_log.removeHandler, log_handler)
+        stack.callback(summary.flush)
         bar = tqdm(args.pdfs, desc="blocks", unit="doc", file=sys.stderr, disable=None, dynamic_ncols=True)
         for pdf in bar:
             bar.set_postfix_str(pdf.name)
@@ -113,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
                 entry = build_cache(pdf, parser, encoder, args.cache_dir, args.parser_output, force=args.force)
             except EmbeddingServerError as e:
                 raise InputError(f"{pdf}: {e}") from None
+            finally:
+                summary.flush()
             types = collections.Counter(b.type for b in entry.blocks)
             record = {
                 "pdf": str(pdf),

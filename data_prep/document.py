@@ -25,7 +25,35 @@ from PIL import Image
 from data_prep.types import BBox, InputError
 
 DEFAULT_CROP_DPI = 150
-"""Crops of blocks are rendered at this resolution (SPEC step 2)."""
+"""Crops of blocks are rendered at this resolution (docs/METHOD.md step 2)."""
+
+MAX_CROP_PIXELS = 4_000_000
+"""Most pixels one crop may have (12 MB as RGB): a larger region is rendered at a lower dpi (:meth:`Document.crop`).
+A full A4 page at 150 dpi has 2.2 million."""
+
+BLANK_CHECK_PIXELS = 1_000_000
+"""Pixel budget of the page render that :meth:`Document.blank_regions` inspects."""
+
+BLANK_CONTRAST = 24
+"""A rendered region whose grey levels span less than this (of 255) shows nothing: no glyph was drawn."""
+
+STANDARD_FAMILIES = frozenset(
+    {"Courier", "Helvetica", "Times", "Symbol", "ZapfDingbats", "Arial", "TimesNewRoman", "CourierNew"}
+)
+"""Font families pdfium draws with its built-in fonts when the PDF does not embed them: the standard 14
+("Times-Roman", "Helvetica-Bold", ...) and their common aliases ("ArialMT", "TimesNewRomanPS-BoldMT", "Arial,Bold")."""
+
+
+def _standard_family(base_font: str) -> bool:
+    """Whether a base font name (``ABCDEF+Name`` subset tags allowed) is of :data:`STANDARD_FAMILIES`.
+
+    >>> [_standard_family(n) for n in ("Times-Roman", "ABCDEF+ArialMT", "Arial,Bold", "STSong-Light")]
+    [True, True, True, False]
+    """
+    name = base_font.split("+")[-1]
+    family = re.split(r"[-,]", name)[0]
+    return re.sub(r"(PS)?MT$", "", family) in STANDARD_FAMILIES
+
 
 BOLD_SHARE = 0.9
 """Share of a run's characters that must be bold for the run to count as bold (a run-in heading is not enough)."""
@@ -393,10 +421,55 @@ class Document:
                 tp.close()
                 p.close()
 
+    def unembedded_fonts(self, page: int) -> set[str]:
+        """Base names of the fonts the page's text uses that are neither embedded in the PDF nor one of the
+        standard 14 (which pdfium always has): text in them is drawn only if the machine has a stand-in, and is
+        blank otherwise (see :meth:`blank_regions`)."""
+        self._check_page(page)
+        names: set[str] = set()
+        seen: set[int] = set()
+        buf = ctypes.create_string_buffer(256)
+        with _PDFIUM_LOCK:
+            p = self._pdf[page - 1]
+            try:
+                for obj in p.get_objects(filter=(pdfium_c.FPDF_PAGEOBJ_TEXT,), max_depth=4):
+                    font = pdfium_c.FPDFTextObj_GetFont(obj.raw)
+                    key = ctypes.cast(font, ctypes.c_void_p).value or 0
+                    if not font or key in seen:
+                        continue
+                    seen.add(key)
+                    if pdfium_c.FPDFFont_GetIsEmbedded(font):
+                        continue
+                    n = pdfium_c.FPDFFont_GetBaseFontName(font, buf, 256)
+                    name = buf.value.decode("latin-1", "replace") if n else "?"
+                    if not _standard_family(name):
+                        names.add(name)
+            finally:
+                p.close()
+        return names
+
+    def blank_regions(self, page: int, boxes: list[BBox], max_pixels: float = BLANK_CHECK_PIXELS) -> list[bool]:
+        """For each display box of ``page``: True when the rendered page shows nothing there (one flat colour, no
+        glyph). Renders the page once under ``max_pixels``. Used to notice text-layer text that the renderer
+        draws blank (a font that is neither embedded nor on this machine): page images and crops of it show no
+        text, though the text layer has it."""
+        if not boxes:
+            return []
+        w, h = self.page_sizes[page - 1]
+        img = np.asarray(self.render_page(page, max_pixels=max_pixels).convert("L"))
+        sx, sy = img.shape[1] / w, img.shape[0] / h
+        out = []
+        for x0, y0, x1, y1 in boxes:
+            region = img[
+                max(0, math.floor(y0 * sy)) : math.ceil(y1 * sy), max(0, math.floor(x0 * sx)) : math.ceil(x1 * sx)
+            ]
+            out.append(region.size == 0 or int(region.max()) - int(region.min()) < BLANK_CONTRAST)
+        return out
+
     # ------------------------------------------------------------------ rendering
     @staticmethod
     def page_pixel_budget(n_pages: int, total_budget: float, max_pixels_per_page: float = 1_000_000) -> float:
-        """Per-page pixel budget ``min(max_pixels_per_page, total_budget / n_pages)`` (SPEC, inference)."""
+        """Per-page pixel budget ``min(max_pixels_per_page, total_budget / n_pages)`` (docs/METHOD.md, "Inference")."""
         if n_pages <= 0:
             raise ValueError("n_pages must be positive")
         return min(float(max_pixels_per_page), float(total_budget) / n_pages)
@@ -433,19 +506,29 @@ class Document:
         budget = self.page_pixel_budget(len(pages), total_budget, max_pixels_per_page)
         return [self.render_page(p, max_pixels=budget) for p in pages]
 
-    def crop(self, page: int, bbox: BBox, dpi: float = DEFAULT_CROP_DPI, pad: float = 0.0) -> Image.Image:
+    def crop(
+        self,
+        page: int,
+        bbox: BBox,
+        dpi: float = DEFAULT_CROP_DPI,
+        pad: float = 0.0,
+        max_pixels: float = MAX_CROP_PIXELS,
+    ) -> Image.Image:
         """Render the region ``bbox`` (display points, top-left origin) of a page at ``dpi``.
 
         Only the region is rasterised (pdfium renders the crop window directly), so cropping a small block of
-        a large page is cheap."""
+        a large page is cheap. A region that would exceed ``max_pixels`` at ``dpi`` (a block of a poster-sized
+        page) is rendered at the lower resolution that fits, so memory stays bounded whatever the page size."""
         self._check_page(page)
         w, h = self.page_sizes[page - 1]
         x0, y0, x1, y1 = bbox
+        if not all(math.isfinite(v) for v in (x0, y0, x1, y1)):
+            raise InputError(f"{self.path}: crop region {bbox} on page {page} is not 4 finite numbers")
         x0, y0 = max(0.0, x0 - pad), max(0.0, y0 - pad)
         x1, y1 = min(w, x1 + pad), min(h, y1 + pad)
         if x1 - x0 < 1e-6 or y1 - y0 < 1e-6:
             raise InputError(f"{self.path}: empty crop region {bbox} on page {page}")
-        scale = dpi / 72.0
+        scale = min(dpi / 72.0, fit_scale((x1 - x0, y1 - y0), max_pixels))
         # pypdfium2's crop is the amount cut from (left, bottom, right, top) in points, after rotation.
         cut = (x0, h - y1, w - x1, y0)
         with _PDFIUM_LOCK:

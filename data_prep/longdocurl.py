@@ -48,8 +48,9 @@ from data_prep.fingerprint import (
 from data_prep.io import atomic_path, atomic_write_json, atomic_write_text
 from data_prep.qwen_tokens import QWEN3_VL, PromptBudget, choose_page_budget, estimate_text_tokens, image_tokens
 from data_prep.types import InputError
+from recipes import prompt_path
 
-DEFAULT_FORMAT_PROMPT = Path(__file__).resolve().parents[1] / "recipes" / "prompts" / "language_interface.jinja"
+DEFAULT_FORMAT_PROMPT = prompt_path("language_interface.jinja")
 """The format prompt the recipe renders around each prompt (its text counts toward the prompt length)."""
 
 _TRANSPORT_ARGS = frozenset({"url", "api_key", "timeout_s", "max_concurrency", "batch_size", "device"})
@@ -860,7 +861,13 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from data_prep.io import refuse_output_dir_over_inputs, refuse_output_over_inputs
+
     config = config_from_args(args)
+    if config.out.exists() and not config.out.is_dir():
+        refuse_output_dir_over_inputs(config.out, [])
+    for name in ("train.parquet", "val.parquet", "skipped.jsonl", "overlap_report.json", "summary.json"):
+        refuse_output_over_inputs(config.out / name, [args.jsonl], flag=f"--out's {name}")
     console = Console()
     result = build(config, console)
     print_summary(result.summary, config.out, console)

@@ -6,8 +6,10 @@ paragraphs, a bulleted list, a ruled table with a caption above and a note below
 caption below, and a page carrying ``/Rotate 90``. :func:`write_sample_pdf` draws it with reportlab
 (``invariant=1``, so the bytes are identical on every run) and :data:`SAMPLE_FACTS` lists what is in it.
 
-Chinese text uses reportlab's CID font ``STSong-Light`` (a standard Adobe-GB1 font that viewers supply), not
-PyMuPDF's ``china-s``, which spaces Latin letters out.
+Chinese text uses WenQuanYi Micro Hei (Apache-2.0), a TrueType font shipped by the ``paperang-p2-fonts-cjk``
+package, *embedded* in the PDF (reportlab subsets it): the sample renders the same on every machine, with or without
+a system CJK font. (A non-embedded standard CJK font such as ``STSong-Light`` is drawn blank where no system font
+can stand in for it, and PyMuPDF's ``china-s`` spaces Latin letters out.)
 
 Coordinates: the drawing code works in *display* points (origin top-left of the page as shown, after
 ``/Rotate``), the same space as every bbox in this project; the rotated page maps them back into its unrotated
@@ -22,7 +24,7 @@ from pathlib import Path
 from reportlab.lib.pagesizes import A4
 from reportlab.lib.utils import simpleSplit
 from reportlab.pdfbase import pdfmetrics
-from reportlab.pdfbase.cidfonts import UnicodeCIDFont
+from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.pdfgen import canvas as rl_canvas
 
 from data_prep.io import atomic_path
@@ -33,8 +35,31 @@ SAMPLE_N_PAGES = 4
 ROTATED_PAGE = 4
 """1-based page of the sample that carries ``/Rotate 90`` (displayed landscape, text upright)."""
 
-CJK_FONT = "STSong-Light"
-"""reportlab CID font used for Chinese text."""
+CJK_FONT = "WenQuanYiMicroHei"
+"""Name of the (embedded) font used for Chinese text: the PDF's ``/BaseFont`` is ``/<subset tag>+`` this."""
+
+CJK_FONT_PACKAGE = "paperang_p2_fonts_cjk"
+"""The installed package that ships :data:`CJK_FONT` (``pip install paperang-p2-fonts-cjk``)."""
+
+
+def cjk_font_file() -> Path:
+    """The TrueType collection holding :data:`CJK_FONT` (face 0), from :data:`CJK_FONT_PACKAGE`."""
+    import importlib.resources
+
+    try:
+        path = Path(str(importlib.resources.files(CJK_FONT_PACKAGE) / "fonts" / "wqy-microhei.ttc"))
+    except ModuleNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        raise RuntimeError(
+            f"the sample's CJK font is missing: install the project's dependencies (package {CJK_FONT_PACKAGE})"
+        )
+    return path
+
+
+def _register_cjk_font() -> None:
+    if CJK_FONT not in pdfmetrics.getRegisteredFontNames():
+        pdfmetrics.registerFont(TTFont(CJK_FONT, str(cjk_font_file()), subfontIndex=0))
 
 
 @dataclass(frozen=True)
@@ -291,8 +316,7 @@ def write_sample_pdf(path: str | Path) -> Path:
     and a "Page N of 4" footer. The bytes are identical on every call (reportlab ``invariant=1``).
     """
     path = Path(path)
-    if CJK_FONT not in pdfmetrics.getRegisteredFontNames():
-        pdfmetrics.registerFont(UnicodeCIDFont(CJK_FONT))
+    _register_cjk_font()
     style = _Style()
     pw, ph = A4
     with atomic_path(path) as tmp:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from data_prep.errors import QuoteciteError
+
 BLOCK_TYPES: tuple[str, ...] = (
     "title",
     "text",
@@ -30,7 +32,7 @@ BLOCK_TYPES: tuple[str, ...] = (
 BBox = tuple[float, float, float, float]
 
 
-class InputError(ValueError):
+class InputError(QuoteciteError, ValueError):
     """Bad input from the user (a file, a parser output, a cache directory). The message names the input."""
 
 

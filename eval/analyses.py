@@ -8,6 +8,7 @@ boxes are in PDF points, pages 1-based.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,19 @@ class AnalysisConfig:
     """Shares of the most similar citations kept in the abstention curve."""
     fuzzy_f1: float = 0.8
     """Quote fidelity: a quote is a fuzzy match when its token F1 with some block reaches this."""
+    fuzzy: str = "literal"
+    """``literal`` (the paper's Appendix F definition): fuzzy = token F1 >= ``fuzzy_f1`` against some block, whether
+    or not the quote is also exact (a short exact quote of a long block is exact but not fuzzy); ``exact_counts``:
+    every exact quote also counts as fuzzy (our earlier reading)."""
+    breakdown_subset: str = "judged"
+    """Judged runs: the per-language / per-question-type breakdowns are over the judged subset (``judged``, paper
+    Table 6: "judged subsets per condition") or over all questions (``all``). Judge-free runs use all questions."""
+
+
+BREAKDOWN_SUBSETS: tuple[str, ...] = ("judged", "all")
+"""Values of :attr:`AnalysisConfig.breakdown_subset`."""
+FUZZY_MODES: tuple[str, ...] = ("literal", "exact_counts")
+"""Values of :attr:`AnalysisConfig.fuzzy`."""
 
 
 # ---------------------------------------------------------------------------------------------- residuals
@@ -164,16 +178,32 @@ GROUP_METRICS = ("precision", "f1", "ans", "rel", "saa", "ah", "saa_strict")
 
 
 def breakdown(
-    results: Sequence[QuestionResult], key: Callable[[QuestionResult], str], judged: bool, main_iou=0.5
+    results: Sequence[QuestionResult],
+    key: Callable[[QuestionResult], str],
+    judged: bool,
+    main_iou=0.5,
+    subset: str = "judged",
 ) -> dict:
-    """Metrics per group (``key(result)``): n, recall at every threshold, and the other metrics."""
+    """Metrics per group (``key(result)``): n, recall at every threshold, and the other metrics.
+
+    For a judged run with ``subset="judged"`` (paper Table 6) every metric of a group is over its questions with a
+    parsed judge output (``n``; ``n_all`` counts the group's questions); ``subset="all"`` takes the box metrics over
+    every question of the group (the judge metrics are over the judged ones either way)."""
+    if subset not in BREAKDOWN_SUBSETS:
+        raise ValueError(f"breakdown subset {subset!r}: expected one of {BREAKDOWN_SUBSETS}")
     groups: dict[str, list[QuestionResult]] = defaultdict(list)
     for r in results:
         groups[key(r) or "(none)"].append(r)
     out = {}
     for g in sorted(groups):
         rs = groups[g]
-        row: dict = {"n": len(rs)}
+        n_all = len(rs)
+        if judged and subset == "judged":
+            rs = [r for r in rs if r.judge is not None and not r.judge.failed]
+            if not rs:
+                out[g] = {"n": 0, "n_all": n_all}
+                continue
+        row: dict = {"n": len(rs), "n_all": n_all}
         for k in rs[0].boxes.recall:
             row[f"recall@{k}"] = float(np.mean([r.boxes.recall[k] for r in rs]))
         for name in GROUP_METRICS:
@@ -209,8 +239,12 @@ def quote_fidelity(
     cfg: AnalysisConfig = AnalysisConfig(),
 ) -> dict | None:
     """Share of quotes that are an exact substring of one block's text (both normalised: NFKC, lower case,
-    whitespace collapsed) and share with token F1 >= ``cfg.fuzzy_f1`` against some block (paper Table 12).
+    whitespace collapsed) and share with token F1 >= ``cfg.fuzzy_f1`` against some block (paper Table 12 and
+    Appendix F, read literally: the two are separate tests, so an exact quote of a much longer block is not fuzzy;
+    ``cfg.fuzzy="exact_counts"`` counts every exact quote as fuzzy too).
     Quotes come from the citations' ``quote`` field. None when no citation has a quote."""
+    if cfg.fuzzy not in FUZZY_MODES:
+        raise ValueError(f"quote fidelity fuzzy mode {cfg.fuzzy!r}: expected one of {FUZZY_MODES}")
     n = exact = fuzzy = 0
     cache: dict[str, tuple[list[str], list[list[str]], np.ndarray]] = {}
     for r in results:
@@ -230,8 +264,9 @@ def quote_fidelity(
             nq = normalize_text(q)
             if nq and any(nq in t for t in texts):
                 exact += 1
-                fuzzy += 1
-                continue
+                if cfg.fuzzy == "exact_counts":
+                    fuzzy += 1
+                    continue
             qt = tokenize(q)
             if not qt:
                 continue
@@ -259,7 +294,7 @@ def by_answer_correctness(results: Sequence[QuestionResult]) -> dict:
     """Recall (every threshold) and the other metrics of a judged run split by its own judge's answer verdict:
     ``correct`` (Ans >= 4), ``incorrect`` (Ans < 4), ``unjudged`` (judge output did not parse). Paper Appendix F:
     quotes beat the q+a control on correctly answered questions, and both fall to the floor on wrong answers."""
-    groups = breakdown(results, lambda r: _correctness(r.answer_correct()), judged=True)
+    groups = breakdown(results, lambda r: _correctness(r.answer_correct()), judged=True, subset="all")
     return {g: groups[g] for g in CORRECTNESS_GROUPS if g in groups}
 
 
@@ -335,7 +370,11 @@ def truncate_to_budget(
     for k in keys:
         where = f"question {k}"
         gold = _row_gold(rows[k], where)
-        cits = [cited_from_json(c, where, i) for i, c in enumerate(rows[k].get("citations") or [])]
+        cits = [
+            # The row's box is normalised; ``malformed`` keeps a reversed box a non-match (metrics rule 1).
+            dataclasses.replace(cited_from_json(c, where, i), malformed=bool(c.get("malformed")))
+            for i, c in enumerate(rows[k].get("citations") or [])
+        ]
         budget = int(budget_rows[k].get("n_citations", len(budget_rows[k].get("citations") or [])))
         if len(cits) > budget:
             truncated += 1

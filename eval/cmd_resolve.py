@@ -14,7 +14,10 @@ fixed K blocks per question instead, whatever the response (Appendix F's fixed-b
 Coordinate interface: ``<bbox page="N" x1=".." y1=".." x2=".." y2=".."/>`` tags on CiteVQA's 0-1000 scale are
 converted to PDF points with the cached page sizes (:mod:`eval.coordinate`); ``--snap`` replaces each box by the
 max-IoU block on its page (nearest block when none overlaps; unchanged when the page has no block). A tag naming
-a page the document does not have is dropped and counted.
+a page the document does not have stays a citation (raw-output semantics, as CiteVQA's scorer reads it: it counts
+in the precision denominator and matches nothing; its box is converted with the last page's size and it carries
+``page_missing: true``); it is counted in ``pages_out_of_range``. ``--drop-missing-pages`` drops such tags instead
+(our earlier rule, which raises a coordinate run's precision).
 
 A language response that does not parse cites nothing, and its answer (for the judge) is its text without the
 reasoning. Every output record keeps the input fields and gets ``answer``, ``citations`` (page, bbox in points, similarity,
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +37,13 @@ import numpy as np
 from tqdm import tqdm
 
 from data_prep.cache import CachedDoc, load_cache
+from data_prep.io import finite_float, int_in_range, refuse_output_over_inputs
 from data_prep.types import InputError
 from eval.schemas import Gold, Prediction, read_gold, read_predictions, write_jsonl
+from reward.cmd_score import MAX_QUOTES_OPTION
+from reward.response import DEFAULT_MAX_QUOTES
+
+log = logging.getLogger("eval")
 
 QUERIES = ("quotes", "question", "question+answer")
 """What is resolved: the response's quotes, or the question (+ the model's answer) as one retrieval query."""
@@ -150,15 +159,21 @@ class Resolver:
 
     docs: DocCache
     resolver: str = "embedding"
-    """``embedding``, ``lexical`` or ``bm25`` (:mod:`reward.resolve`)."""
+    """A resolver of :mod:`reward.resolve`: ``embedding``, ``lexical``, ``bm25``, ``bm25_lucene`` or ``fused``."""
     query: str = "quotes"
     """One of :data:`QUERIES`."""
     snap: bool = False
     """Coordinate interface: replace each box by the max-IoU block on its page."""
+    drop_missing_pages: bool = False
+    """Coordinate interface: drop a tag naming a page the document lacks (default: keep it as a citation that
+    matches nothing, the paper's raw-output scoring)."""
     threshold: float | None = None
     """Drop quote citations whose similarity is below this (resolver units); None keeps all."""
-    max_quotes: int = 8
-    """Quotes kept per response (the reward's parser)."""
+    max_quotes: int = DEFAULT_MAX_QUOTES
+    """Safety bound on the quotes kept per response (the reward's parser; the paper has no cap): extra quotes are
+    counted in ``quotes_over_bound`` and warned about. Earlier: 8."""
+    dedupe_quotes: bool = False
+    """Drop exact repeats of a quote first (the earlier rule); default: repeats are separate quotes, as in the paper."""
     budget: int | None = None
     """Question controls only: cite this fixed number of blocks per question, whatever the response (paper
     Appendix F's retrieval-only baselines); None = the response's own citation budget (Table 2)."""
@@ -178,7 +193,9 @@ class Resolver:
             raise InputError("--budget K (K >= 1) is for --query question / question+answer")
 
     def encoder_for(self, cached: CachedDoc):
-        if self.resolver != "embedding":
+        from reward.resolve import resolver_uses_encoder
+
+        if not resolver_uses_encoder(self.resolver):
             return None
         meta = cached.manifest.get("encoder") or {}
         name = meta.get("name")
@@ -195,13 +212,28 @@ class Resolver:
         cached = self.docs.get(gold.doc_key)
         if pred.interface == "coordinate":
             return self._coordinate(gold, pred, cached)
+        if pred.interface == "attention":  # blocks read off the attention (eval/attention.py): already citations
+            self.stats["responses"] += 1
+            return self._record(
+                pred, pred.answer, [c.to_json() for c in pred.citations], {"interface": "attention"}, {}
+            )
+        if pred.interface == "lat":  # LAT's Chain-of-Evidence boxes (eval/lat.py)
+            from eval.lat import resolve_lat
+
+            self.stats["responses"] += 1
+            return self._record(pred, *resolve_lat(pred, cached), {})
         return self._language(gold, pred, cached)
 
     def _language(self, gold: Gold, pred: Prediction, cached: CachedDoc) -> dict:
         from reward.resolve import rank_blocks, resolve_quotes, similarity_matrix
         from reward.response import parse_response, strip_reasoning
 
-        parsed = parse_response(pred.response, max_quotes=self.max_quotes)
+        parsed = parse_response(pred.response, max_quotes=self.max_quotes, dedupe=self.dedupe_quotes)
+        if parsed.dropped:
+            if not self.stats["quotes_over_bound"]:
+                log.warning("response %s has more than --max-quotes=%d quotes; the extra ones are left out and "
+                            "counted in quotes_over_bound", pred.index, self.max_quotes)  # fmt: skip
+            self.stats["quotes_over_bound"] += parsed.dropped
         # A response without the JSON contract is still an answer for the judge: its text, reasoning removed.
         answer = parsed.answer or pred.answer or strip_reasoning(pred.response).strip()
         encoder = self.encoder_for(cached)
@@ -212,12 +244,16 @@ class Resolver:
         citations: list[dict] = []
         extra: dict = {}
         if parsed.ok and self.query == "quotes":
+            context = f"{gold.question}\n{answer}"  # read only by the fused resolver (question + own answer)
             cits = resolve_quotes(
-                list(parsed.quotes), cached, resolver=self.resolver, encoder=encoder, threshold=self.threshold
-            )
+                list(parsed.quotes), cached, resolver=self.resolver, encoder=encoder, threshold=self.threshold,
+                context=context,
+            )  # fmt: skip
             citations = [c.to_json() for c in cits]
             if self.top_k > 0:
-                sim, ids = similarity_matrix(list(parsed.quotes), cached, resolver=self.resolver, encoder=encoder)
+                sim, ids = similarity_matrix(
+                    list(parsed.quotes), cached, resolver=self.resolver, encoder=encoder, context=context
+                )
                 k = min(self.top_k, len(ids))
                 order = np.argsort(-sim, axis=1, kind="stable")[:, :k] if len(ids) else np.zeros((len(sim), 0), int)
                 extra["candidates"] = [[int(ids[j]) for j in row] for row in order]
@@ -251,6 +287,10 @@ class Resolver:
         for cb in parsed.boxes:
             if cb.page > cached.n_pages:
                 dropped += 1
+                if self.drop_missing_pages:
+                    continue
+                bbox = to_points(cb.box, cached.page_sizes[-1])
+                citations.append({"page": cb.page, "bbox": [round(v, 3) for v in bbox], "page_missing": True})
                 continue
             bbox = to_points(cb.box, cached.page_sizes[cb.page - 1])
             cit: dict = {"page": cb.page, "bbox": [round(v, 3) for v in bbox]}
@@ -297,32 +337,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pred", type=Path, required=True, help="predictions JSONL (raw responses)")
     parser.add_argument("--gold", type=Path, required=True, help="gold JSONL (doc_key and question per index)")
     parser.add_argument("--cache-dir", type=Path, required=True, help="block cache (python -m data_prep blocks)")
-    parser.add_argument("--resolver", default="embedding", choices=["embedding", "lexical", "bm25"])
+    from reward.resolve import resolver_names
+
+    parser.add_argument("--resolver", default="embedding", choices=resolver_names())
     parser.add_argument("--query", default="quotes", choices=QUERIES, help="what is resolved (default: quotes)")
     parser.add_argument("--snap", action="store_true", help="coordinate interface: snap boxes to blocks")
+    parser.add_argument(
+        "--drop-missing-pages",
+        action="store_true",
+        help="coordinate interface: drop tags naming a page the document lacks (default: keep them as citations "
+        "that match nothing, as the paper scores raw output)",
+    )
     parser.add_argument(
         "--budget",
         type=int,
         default=None,
         help="question controls: a fixed number of blocks per question (default: the response's)",
     )
-    parser.add_argument("--threshold", type=float, default=None, help="drop quote citations below this similarity")
-    parser.add_argument("--max-quotes", type=int, default=8, help="quotes kept per response (default 8)")
-    parser.add_argument("--top-k", type=int, default=5, help="candidates kept per quote for the residual analysis")
+    parser.add_argument(
+        "--threshold", type=finite_float, default=None, help="drop quote citations below this similarity"
+    )
+    parser.add_argument(
+        "--max-quotes",
+        type=int_in_range(1, MAX_QUOTES_OPTION),
+        default=DEFAULT_MAX_QUOTES,
+        help=f"safety bound on the quotes kept per response, logged when hit (default {DEFAULT_MAX_QUOTES}; earlier 8)",
+    )
+    parser.add_argument(
+        "--dedupe-quotes", action="store_true", help="drop exact repeats of a quote (the earlier rule; default: keep)"
+    )
+    parser.add_argument(
+        "--top-k", type=int_in_range(0, 1000), default=5, help="candidates kept per quote for the residual analysis"
+    )
     parser.add_argument("--parser", default=None, help="pick cache entries made by this parser")
     parser.add_argument("--encoder", default=None, help="pick cache entries embedded by this encoder")
     parser.add_argument("--out", type=Path, required=True, help="output predictions JSONL with citations")
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_output_over_inputs(args.out, [args.pred, args.gold])
     docs = DocCache(args.cache_dir, parser=args.parser, encoder=args.encoder)
     resolver = Resolver(
         docs,
         resolver=args.resolver,
         query=args.query,
         snap=args.snap,
+        drop_missing_pages=args.drop_missing_pages,
         threshold=args.threshold,
         max_quotes=args.max_quotes,
+        dedupe_quotes=args.dedupe_quotes,
         top_k=args.top_k,
         budget=args.budget,
     )

@@ -4,19 +4,39 @@ analyses.json and report.html.
 The rules are in :mod:`eval.metrics` (module docstring). With ``--cache-dir`` the scorer also computes the
 parser ceiling, the residual decomposition (needs ``candidates`` from ``eval resolve``), quote fidelity, and
 draws the pages in the report. With ``--judge-url URL --judge-model M`` (an OpenAI-compatible VLM server) or
-``--judge lexical`` (offline, text overlap) it adds the judge metrics; the judge sees the question, the gold
-answer, the model's answer and the crops of the cited regions (rendered from the cached PDF), never the quotes.
+``--judge lexical`` (offline, text overlap) it adds the judge metrics; the judge never sees the quotes.
+
+``--judge-protocol citevqa`` (the default, the paper's Section 4 and Appendices J.3/J.4) is CiteVQA's two-call
+judge (:class:`eval.citevqa.CiteVQAJudge`): answer accuracy from the question, gold answer and model answer with
+**no** image (``eval_qa_acc_*`` prompts), relevance with the crops of the cited regions (``eval_rel_*``), both
+read from your CiteVQA checkout (``--citevqa-dir`` or ``$QUOTECITE_CITEVQA_DIR``). ``--judge-protocol rubric`` is
+the training reward's one call (:mod:`reward.judge`: answer, relevance and coverage from one reply that sees the
+crops; ``--judge-prompt`` swaps its prompt); its Ans and Rel are not comparable with the paper's tables.
 
 A judge that has never produced a score and rejects every request of a batch as malformed (HTTP 4xx other than
 408/429, a reply that is not a chat completion) stops the run with one line quoting the server's message: a wrong
 ``--judge-model`` or URL path would otherwise leave every question unjudged. This is the reward's rule, run by the
-reward's own code (:func:`reward.pipeline.check_judge_setup`); timeouts, 5xx and refused connections
-are outages and never stop the run (those questions are counted in ``judge_failures``).
+reward's own code (:func:`reward.pipeline.check_judge_setup`). Timeouts, 5xx and refused connections are outages:
+a batch in an outage (:mod:`reward.judge`) waits for the judge's ``/health`` for at most ``--judge-outage-s``
+seconds (default 30) and is then judged for real, or the run stops with one line naming the URL and the time
+waited; single failed calls while the server answers are counted in ``judge_failures``. A run whose judge produced
+no score at all stops with one line and writes nothing: its judge metrics would be empty.
+
+Inputs are checked before anything is scored: an empty prediction file, one that holds gold records (the gold file
+given as ``--pred``) or an index the gold lacks are refused; questions without a prediction score 0 and their count
+and share are printed. With ``--cache-dir`` the gold boxes are checked against the cached page counts and sizes: a
+page the document does not have, or a box wholly off its page, is refused; a box running off the page edge is
+counted (``metrics.json: gold_geometry``) and reported.
+
+Outputs: the folder is built beside ``--out`` and swapped in as one unit (:func:`data_prep.io.atomic_dir`), so a
+reused folder keeps no stale report image and a killed run leaves the previous complete set. An ``--out`` that is a
+file, holds an input, or holds files ``eval score`` does not write is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,9 +45,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from data_prep.io import atomic_dir, finite_float, int_in_range, refuse_output_dir_over_inputs
 from data_prep.types import InputError
 from eval import analyses
 from eval.metrics import (
+    PAGE_RECALL_MODES,
+    REVERSED_BOX_MODES,
     BoxScores,
     JudgeOutcome,
     QuestionResult,
@@ -39,6 +62,7 @@ from eval.metrics import (
     threshold_key,
 )
 from eval.schemas import Gold, Prediction, atomic_write_text, read_gold, read_predictions, write_json, write_jsonl
+from reward.replicas import UrlListAction
 
 JUDGE_MAX_CROPS = 6
 """Crops of cited regions sent to the judge per response (paper Appendix A: at most six)."""
@@ -143,12 +167,73 @@ def run_judge(golds: Sequence[Gold], preds: Sequence[Prediction | None], judge, 
 
 # ---------------------------------------------------------------------------------------------- scoring
 def _join(golds: list[Gold], preds: list[Prediction], pred_path: Path | str) -> list[Prediction | None]:
+    """Predictions aligned with ``golds`` (None = missing). An empty prediction file, one holding gold records
+    (the gold file passed as ``--pred``) or one with an index the gold lacks is refused."""
+    if not preds:
+        raise InputError(f"{pred_path}: no prediction records (an empty file); every question would score as missing")
+    golden = [p for p in preds if "gt_necessary" in p.extra or "gt_all" in p.extra]
+    if golden:
+        raise InputError(
+            f"{pred_path}: holds gold records (index {golden[0].index!r} has gt_necessary/gt_all): is it the gold "
+            "file? --pred takes predictions with citations (eval resolve)"
+        )
     by_key = {p.key: p for p in preds}
     gold_keys = {g.key for g in golds}
     extra = [p.index for p in preds if p.key not in gold_keys]
     if extra:
         raise InputError(f"{pred_path}: prediction index {extra[0]!r} is not in the gold file ({len(extra)} such)")
     return [by_key.get(g.key) for g in golds]
+
+
+def missing_warning(preds: Sequence[Prediction | None], pred_path: Path | str) -> str | None:
+    """The console line for questions without a prediction (they score 0), or None when none is missing."""
+    k, n = sum(p is None for p in preds), len(preds)
+    if not k:
+        return None
+    return (
+        f"warning: {k} of {n} questions ({k / n:.0%}) have no prediction in {pred_path}; they score 0 "
+        "(counts.missing_predictions)"
+    )
+
+
+GOLD_EDGE_TOLERANCE_PT = 2.0
+"""How far a gold box may run past the page edge (points) before it is counted as running off the page."""
+
+
+def check_gold_geometry(golds: Sequence[Gold], docs, gold_path: Path | str) -> dict:
+    """Gold elements against the cached documents' page counts and sizes.
+
+    A page the document does not have, or a box wholly outside its page, raises :class:`InputError` (the gold is
+    for another document or another coordinate space: every score would be wrong). A box running more than
+    :data:`GOLD_EDGE_TOLERANCE_PT` past an edge is counted (``boxes_off_page``, with the first one named) and
+    reported on the console; it is scored as written."""
+    off, first = 0, None
+    checked = 0
+    for g in golds:
+        cached = docs.get(g.doc_key)
+        n_pages, sizes = cached.n_pages, cached.page_sizes
+        for name, elements in (("gt_necessary", g.gt_necessary), ("gt_all", g.gt_all)):
+            for i, e in enumerate(elements):
+                where = f"{gold_path}: question {g.index!r}: {name}[{i}]"
+                if e.page > n_pages:
+                    raise InputError(
+                        f"{where} is on page {e.page}, but document {g.doc_key} has {n_pages} pages (cache "
+                        f"{cached.key}): is the gold for another document?"
+                    )
+                w, h = sizes[e.page - 1]
+                x0, y0, x1, y1 = e.bbox
+                if x0 >= w or y0 >= h or x1 <= 0 or y1 <= 0:
+                    raise InputError(
+                        f"{where} box {[round(v, 1) for v in e.bbox]} lies outside page {e.page} "
+                        f"({w:.0f} x {h:.0f} pt): are the boxes in PDF points, origin top-left?"
+                    )
+                checked += 1
+                tol = GOLD_EDGE_TOLERANCE_PT
+                if x0 < -tol or y0 < -tol or x1 > w + tol or y1 > h + tol:
+                    off += 1
+                    if first is None:
+                        first = f"{where} {[round(v, 1) for v in e.bbox]} on a {w:.0f} x {h:.0f} pt page"
+    return {"boxes_checked": checked, "boxes_off_page": off, "first_off_page": first}
 
 
 def per_question_row(r: QuestionResult, ceiling: dict | None) -> dict:
@@ -172,7 +257,7 @@ def per_question_row(r: QuestionResult, ceiling: dict | None) -> dict:
         "f1": b.f1,
         "necessary_hit": list(b.necessary_hit[k]),
         "citations": [
-            {**c.to_json(), "hit": h, "hit_any": ha}
+            {**c.to_json(), "hit": h, "hit_any": ha, **({"malformed": True} if c.malformed else {})}
             for c, h, ha in zip(p.citations if p else (), b.citation_hit, b.citation_hit_all, strict=True)
         ],
         "gt_necessary": [e.to_json() for e in g.gt_necessary],
@@ -209,6 +294,11 @@ def score(
     outcomes = run_judge(golds, preds, judge, docs) if judged else [None] * len(golds)
     results = [QuestionResult(g, p, b, o, cfg) for g, p, b, o in zip(golds, preds, boxes, outcomes, strict=True)]
     metrics = aggregate(results, cfg, judged=judged)
+    metrics["scoring"] = {"page_recall": cfg.page_recall, "reversed_boxes": cfg.reversed_boxes}
+    if judged:
+        metrics["judge_protocol"] = getattr(judge, "protocol", "rubric" if getattr(judge, "url", None) else "lexical")
+        if getattr(judge, "citevqa_dir", None) is not None:
+            metrics["judge_prompts"] = str(judge.citevqa_dir / "prompts")  # the CiteVQA checkout's prompt files
     ceilings: list[dict | None] = [None] * len(golds)
     extra: dict = {}
     if docs is not None:
@@ -228,14 +318,20 @@ def score(
 
         if any(p is not None and p.extra.get("candidates") is not None for p in preds):
             extra["residuals"] = analyses.residual_decomposition(results, blocks_of, acfg)
+        from eval.multattreval import multattreval
+
+        extra["multattreval"] = multattreval(golds, preds, docs)  # MultAttrEval's P/R/F1 (eval/multattreval.py)
         fid = analyses.quote_fidelity(results, blocks_of, acfg)
         if fid is not None:
             extra["quote_fidelity"] = fid
+    from eval.lat import lat_metrics
+
+    extra["lat"] = lat_metrics(golds, preds, docs)  # LAT's soft EM, IoU@0.5 and Stepwise Attribution (eval/lat.py)
     sel = analyses.selective_prediction(results, acfg)
     if sel is not None:
         extra["selective_prediction"] = sel
-    extra["by_language"] = analyses.breakdown(results, lambda r: r.gold.language, judged)
-    extra["by_qtype"] = analyses.breakdown(results, lambda r: r.gold.qtype, judged)
+    extra["by_language"] = analyses.breakdown(results, lambda r: r.gold.language, judged, subset=acfg.breakdown_subset)
+    extra["by_qtype"] = analyses.breakdown(results, lambda r: r.gold.qtype, judged, subset=acfg.breakdown_subset)
     et = analyses.element_type_recall(results, cfg.main_iou)
     if et is not None:
         extra["by_element_type"] = et
@@ -248,10 +344,19 @@ def score(
     return ScoreRun(results, metrics, extra, rows)
 
 
+SCORE_OUTPUTS: tuple[str, ...] = (
+    "metrics.json", "analyses.json", "per_question.jsonl", "tables.md", "recall_vs_iou.png", "report.html",
+    "report_files",
+)  # fmt: skip
+"""Every name :func:`write_outputs` writes in its folder. ``eval score`` builds the folder beside ``--out`` and
+swaps it in as one unit (:func:`data_prep.io.atomic_dir`); an ``--out`` folder holding anything else is refused."""
+
+
 def write_outputs(
     run: ScoreRun, out: Path, label: str, docs=None, report: bool = True, report_limit: int | None = None
 ) -> dict[str, Path]:
-    """Write every output file of ``eval score`` into ``out``; returns their paths by name."""
+    """Write every output file of ``eval score`` into ``out`` (names: :data:`SCORE_OUTPUTS`); returns their paths
+    by name."""
     from eval.report import plot_recall_vs_iou, tables_markdown, write_report
 
     out.mkdir(parents=True, exist_ok=True)
@@ -267,16 +372,31 @@ def write_outputs(
     return paths
 
 
+JUDGE_PROTOCOLS = ("citevqa", "rubric")
+"""``--judge-protocol`` values: CiteVQA's two calls (default, the paper) or the reward's one rubric call."""
+
+
 def make_judge(args: argparse.Namespace):
     """The judge asked for on the command line, or None."""
     from reward.judge import get_judge
 
     if args.judge_url and args.judge == "lexical":
         raise InputError("give either --judge-url (HTTP judge) or --judge lexical, not both")
+    protocol = getattr(args, "judge_protocol", "citevqa")
     if args.judge_url:
         if not args.judge_model:
             raise InputError("--judge-url needs --judge-model (the served model name)")
-        kwargs = {"base_url": args.judge_url, "model": args.judge_model, "concurrency": args.judge_concurrency}
+        kwargs = {"base_url": args.judge_url, "model": args.judge_model, "concurrency": args.judge_concurrency,
+                  "outage_s": args.judge_outage_s}  # fmt: skip
+        if protocol == "citevqa":
+            from eval.citevqa import CiteVQAJudge
+
+            if args.judge_prompt:
+                raise InputError(
+                    "--judge-prompt is the rubric judge's prompt; the CiteVQA judge reads its prompts from "
+                    "--citevqa-dir (add --judge-protocol rubric to use --judge-prompt)"
+                )
+            return CiteVQAJudge(citevqa_dir=getattr(args, "citevqa_dir", None), **kwargs)
         if args.judge_prompt:
             kwargs["prompt_path"] = args.judge_prompt
         return get_judge("http", **kwargs)
@@ -292,29 +412,95 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path, default=None, help="block cache: parser ceiling, analyses, pages")
     parser.add_argument("--parser", default=None, help="pick cache entries made by this parser")
     parser.add_argument("--encoder", default=None, help="pick cache entries embedded by this encoder")
-    parser.add_argument("--judge-url", default=None, help="OpenAI-compatible judge server, e.g. http://host:8000/v1")
+    parser.add_argument("--judge-url", default=None, action=UrlListAction,
+                        help="OpenAI-compatible judge server, e.g. http://host:8000/v1; several (repeated or "
+                        "comma-separated) are replicas")  # fmt: skip
     parser.add_argument("--judge-model", default=None, help="served judge model name")
-    parser.add_argument("--judge-prompt", type=Path, default=None, help="judge prompt file (default: the reward's)")
-    parser.add_argument("--judge-concurrency", type=int, default=16, help="judge requests in flight")
+    parser.add_argument(
+        "--judge-protocol",
+        default="citevqa",
+        choices=JUDGE_PROTOCOLS,
+        help="citevqa: CiteVQA's answer call (no image) + relevance call (crops), the paper's (default); "
+        "rubric: the reward's one three-score call",
+    )
+    parser.add_argument(
+        "--citevqa-dir", type=Path, default=None, help="your CiteVQA checkout (its prompts/; the citevqa judge)"
+    )
+    parser.add_argument(
+        "--judge-prompt", type=Path, default=None, help="rubric judge prompt file (default: the reward's)"
+    )
+    parser.add_argument(
+        "--page-recall",
+        default=ScoringConfig.page_recall,
+        choices=PAGE_RECALL_MODES,
+        help="same-page recall over distinct gold pages (CiteVQA, default) or over necessary elements",
+    )
+    parser.add_argument(
+        "--reversed-boxes",
+        default=ScoringConfig.reversed_boxes.replace("_", "-"),
+        choices=[m.replace("_", "-") for m in REVERSED_BOX_MODES],
+        help="a citation with x1 < x0 or y1 < y0: matches nothing (raw output, default) or is normalised",
+    )
+    parser.add_argument(
+        "--breakdown-subset",
+        default="judged",
+        choices=analyses.BREAKDOWN_SUBSETS,
+        help="judged runs: box metrics of the per-language/per-type breakdowns over the judged subset (paper "
+        "Table 6, default) or over all questions",
+    )
+    parser.add_argument("--judge-concurrency", type=int_in_range(1, 4096), default=16, help="judge requests in flight")
+    parser.add_argument(
+        "--judge-outage-s", type=finite_float, default=30.0,
+        help="seconds to wait out a judge outage (probing /health) before stopping with an error (0: none)",
+    )  # fmt: skip
     parser.add_argument("--judge", default=None, choices=["lexical"], help="offline text-overlap judge")
     parser.add_argument("--label", default=None, help="name of this run in tables and plots (default: pred stem)")
     parser.add_argument("--no-report", action="store_true", help="skip report.html")
-    parser.add_argument("--report-limit", type=int, default=None, help="questions drawn in report.html (default all)")
+    parser.add_argument(
+        "--report-limit",
+        type=int_in_range(0, 10**9),
+        default=None,
+        help="questions drawn in report.html (default all)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from eval.cmd_resolve import DocCache
 
     t0 = time.perf_counter()
+    refuse_output_dir_over_inputs(args.out, [args.gold, args.pred, args.cache_dir, args.judge_prompt])
     golds = read_gold(args.gold)
     preds = _join(golds, read_predictions(args.pred), args.pred)
+    warn = missing_warning(preds, args.pred)
+    if warn:
+        print(warn, file=sys.stderr)
     docs = DocCache(args.cache_dir, parser=args.parser, encoder=args.encoder) if args.cache_dir else None
+    geometry = check_gold_geometry(golds, docs, args.gold) if docs is not None else None
+    if geometry and geometry["boxes_off_page"]:
+        print(
+            f"warning: {geometry['boxes_off_page']} of {geometry['boxes_checked']} gold boxes run off their page "
+            f"(first: {geometry['first_off_page']}); scored as written",
+            file=sys.stderr,
+        )
     judge = make_judge(args)
     if judge is not None and docs is None:
         raise InputError("a judge needs --cache-dir: it sees crops of the cited regions rendered from the cached PDFs")
     label = args.label or args.pred.stem
-    result = score(golds, preds, docs=docs, judge=judge)
-    paths = write_outputs(result, args.out, label, docs, report=not args.no_report, report_limit=args.report_limit)
+    cfg = ScoringConfig(page_recall=args.page_recall, reversed_boxes=args.reversed_boxes.replace("-", "_"))
+    acfg = analyses.AnalysisConfig(breakdown_subset=args.breakdown_subset)
+    result = score(golds, preds, cfg=cfg, docs=docs, judge=judge, acfg=acfg)
+    if judge is not None:
+        from reward.judge import JudgeStats, no_score_error
+
+        total = getattr(judge, "total", None)
+        err = no_score_error(total, judge) if isinstance(total, JudgeStats) else None
+        if err is not None:
+            raise InputError(f"{err}; nothing written to {args.out}")
+    if geometry is not None:
+        result.metrics["gold_geometry"] = {k: v for k, v in geometry.items() if k != "first_off_page"}
+    with atomic_dir(args.out, SCORE_OUTPUTS) as tmp:
+        built = write_outputs(result, tmp, label, docs, report=not args.no_report, report_limit=args.report_limit)
+    paths = {name: args.out / Path(p).relative_to(tmp) for name, p in built.items()}
     from eval.report import metrics_summary
 
     print(metrics_summary(result.metrics, label))

@@ -6,7 +6,10 @@ index; only questions present in both count.
 * **Recall**: paired bootstrap over questions (``--resamples`` 10,000, fixed ``--seed``): each resample draws
   n question indices with replacement and takes ``mean(B) - mean(A)`` of per-question recall at ``--iou``. The
   95% interval is the 2.5 / 97.5 percentiles; the two-sided p-value is ``min(1, 2 * min(P(d <= 0), P(d >= 0)))``
-  over the resamples.
+  over the resamples. When both runs were judged, the pairs are the questions **judged in both** (paper Table 8:
+  "we pair the two conditions on the questions judged in both"); ``--recall-pairs all`` pairs every shared
+  question (our earlier rule, and what judge-free runs always use). ``recall_pairs`` / ``n_recall`` in the output
+  say which.
 * **SAA** (and strict SAA): exact McNemar test on the questions judged in both runs. With ``b`` = questions
   that pass in A and fail in B and ``c`` the reverse, ``p = min(1, 2 * P(X <= min(b, c)))`` for
   ``X ~ Binomial(b + c, 1/2)`` (``p = 1`` when ``b + c = 0``); plus a bootstrap interval of the SAA difference.
@@ -27,18 +30,22 @@ index; only questions present in both count.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import binom
 
+from data_prep.io import refuse_output_over_inputs
 from data_prep.types import InputError
 from eval.schemas import iter_jsonl, write_json
 
 DEFAULT_RESAMPLES = 10_000
 """Bootstrap resamples (paper Appendix D)."""
 DEFAULT_SEED = 20260727
+MAX_RESAMPLES = 10_000_000
+"""Upper bound of ``--resamples`` (the paper uses 10,000)."""
 """Fixed seed of the bootstrap, so a comparison is reproducible bit for bit."""
 
 
@@ -57,6 +64,10 @@ class BootstrapResult:
     seed: int
     undefined: int = 0
     """Resamples on which the statistic is undefined (a conditional rate with no denominator) and left out."""
+
+
+RECALL_PAIRS: tuple[str, ...] = ("judged", "all")
+"""Which questions the recall bootstrap pairs (``--recall-pairs``; the first is the default)."""
 
 
 def _summarise(stats: np.ndarray, mean_a: float, mean_b: float, n: int, resamples: int, seed: int) -> BootstrapResult:
@@ -156,12 +167,41 @@ def load_per_question(path: str | Path) -> dict[str, dict]:
         path = path / "per_question.jsonl"
     if not path.is_file():
         raise InputError(f"{path}: not found (give an `eval score` output folder or its per_question.jsonl)")
-    out = {}
+    out: dict[str, dict] = {}
     for lineno, d in iter_jsonl(path):
         if "index" not in d or "recall" not in d:
             raise InputError(f"{path}:{lineno}: not a per_question.jsonl record (no index/recall)")
-        out[str(d["index"])] = d
+        _check_record(d, f"{path}:{lineno}")
+        key = str(d["index"])
+        if key in out:
+            raise InputError(f"{path}:{lineno}: question index {d['index']!r} appears twice")
+        out[key] = d
+    if not out:
+        raise InputError(f"{path}: no per-question records (an empty file)")
     return out
+
+
+_BINARY_FIELDS = ("saa", "saa_strict", "ah", "ah_strict", "answer_correct", "attributed", "attributed_strict")
+
+
+def _check_record(d: dict, where: str) -> None:
+    """The fields :func:`compare` computes with: rates in [0, 1], pass/fail fields 0/1 or null."""
+
+    def rate(v) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 1
+
+    rec = d["recall"]
+    if not isinstance(rec, dict) or not rec or not all(rate(v) for v in rec.values()):
+        raise InputError(f"{where}: recall must be an object of thresholds to numbers in [0, 1], got {rec!r}")
+    for name in ("precision", "f1"):
+        if d.get(name) is not None and not rate(d[name]):
+            raise InputError(f"{where}: {name} must be a number in [0, 1] or null, got {d[name]!r}")
+    for name in _BINARY_FIELDS:
+        v = d.get(name)
+        if v is not None and v not in (0, 1):
+            raise InputError(f"{where}: {name} must be 0, 1, true, false or null, got {v!r}")
+    if not isinstance(d.get("citations", []), list):
+        raise InputError(f"{where}: citations must be a list")
 
 
 def compare(
@@ -171,9 +211,12 @@ def compare(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     truncate: bool = False,
+    recall_pairs: str = "judged",
 ) -> dict:
     """All tests of the module docstring on two per-question tables (``truncate``: also B cut to A's citation
-    budget, under ``"truncation"``)."""
+    budget, under ``"truncation"``; ``recall_pairs``: :data:`RECALL_PAIRS`)."""
+    if recall_pairs not in RECALL_PAIRS:
+        raise InputError(f"--recall-pairs {recall_pairs!r}: expected one of {RECALL_PAIRS}")
     keys = sorted(set(a) & set(b), key=lambda k: (len(k), k))
     if not keys:
         raise InputError("the two runs share no question index")
@@ -182,14 +225,22 @@ def compare(
             raise InputError(f"recall at {iou!r} is not in both runs (have {sorted(a[k]['recall'])})")
     ra = np.array([a[k]["recall"][iou] for k in keys])
     rb = np.array([b[k]["recall"][iou] for k in keys])
+    judged = [k for k in keys if a[k].get("saa") is not None and b[k].get("saa") is not None]
+    both_judged_runs = any("saa" in a[k] for k in keys) and any("saa" in b[k] for k in keys)
+    rkeys = judged if recall_pairs == "judged" and both_judged_runs else keys
+    if not rkeys:
+        raise InputError("no question is judged in both runs: nothing to pair recall on (try --recall-pairs all)")
+    rra = np.array([a[k]["recall"][iou] for k in rkeys])
+    rrb = np.array([b[k]["recall"][iou] for k in rkeys])
     out: dict = {
         "n_paired": len(keys),
         "only_in_a": len(set(a) - set(b)),
         "only_in_b": len(set(b) - set(a)),
-        "recall": paired_bootstrap(ra, rb, resamples, seed).__dict__,
+        "recall_pairs": "judged" if rkeys is judged else "all",
+        "n_recall": len(rkeys),
+        "recall": paired_bootstrap(rra, rrb, resamples, seed).__dict__,
         "union_recall": float(np.maximum(ra, rb).mean()),
     }
-    judged = [k for k in keys if a[k].get("saa") is not None and b[k].get("saa") is not None]
     if judged:
         res: dict = {"n_judged": len(judged)}
         for name in ("saa", "saa_strict"):
@@ -248,7 +299,9 @@ def format_comparison(c: dict, name_a: str = "A", name_b: str = "B") -> str:
         f"paired questions: {c['n_paired']} (only in {name_a}: {c['only_in_a']}, only in {name_b}: {c['only_in_b']})",
         f"recall: {name_a} {100 * r['mean_a']:.1f}  {name_b} {100 * r['mean_b']:.1f}  diff {100 * r['diff']:+.1f} "
         f"[95% CI {100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]  bootstrap p={r['p_value']:.4g} "
-        f"({r['resamples']} resamples, seed {r['seed']})",
+        f"({r['resamples']} resamples, seed {r['seed']}; "
+        + ("questions judged in both runs" if c.get("recall_pairs") == "judged" else "all paired questions")
+        + f", n={c.get('n_recall', c['n_paired'])})",
         f"oracle union recall: {100 * c['union_recall']:.1f}",
     ]
     for order, t in (c.get("truncation") or {}).items():
@@ -302,15 +355,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also rescore B with its citations cut to A's count per question (own order and by similarity)",
     )
+    parser.add_argument(
+        "--recall-pairs",
+        default="judged",
+        choices=RECALL_PAIRS,
+        help="recall bootstrap over the questions judged in both runs (paper Table 8, default; judge-free runs "
+        "use all) or over every shared question",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the comparison as JSON here")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.resamples < 1:
-        raise InputError("--resamples must be >= 1")
+    if not 1 <= args.resamples <= MAX_RESAMPLES:
+        raise InputError(f"--resamples must be from 1 to {MAX_RESAMPLES}, got {args.resamples}")
+    if args.out is not None:
+        inputs = [args.a, args.b, Path(args.a) / "per_question.jsonl", Path(args.b) / "per_question.jsonl"]
+        refuse_output_over_inputs(args.out, inputs)
     c = compare(
         load_per_question(args.a), load_per_question(args.b), args.iou, args.resamples, args.seed,
-        truncate=args.truncate_to_budget,
+        truncate=args.truncate_to_budget, recall_pairs=args.recall_pairs,
     )  # fmt: skip
     print(format_comparison(c, str(args.a), str(args.b)))
     if args.out:

@@ -1,6 +1,6 @@
 """``python -m eval convert``: a rival system's per-question outputs -> our prediction JSONL.
 
-Two systems, whose formats were read from their papers (``../shared/papers``) and, for LAT, from its released
+Two systems, whose formats were read from their papers (docs/METHOD.md, "Sources") and, for LAT, from its released
 code (github.com/PolarisLiu1/LAT, ``src/evaluation.py``); MultAttnAttrib has no released code, so its format is
 the paper's (Section 3.4, Appendix 10 and 20.3).
 
@@ -22,10 +22,12 @@ page size (after ``/Rotate``) from the cache manifest (``--cache-dir``) or the P
 comes from the record's ``image_sizes``, else ``--page-images-info`` (``{doc_key: [[w, h] per page]}``), else
 ``--render-pixels N``: the image ``eval infer --total-pixels N`` renders (per page ``min(1e6, N / images shown)``
 pixels, aspect ratio kept, the renderer's rounding; :func:`page_image_size`). With none of them a box cannot be
-placed and the command stops. ``--lat-boxes all`` (default) cites every box of the response (the chain's step
-evidence and the answer's source, exact duplicates once); ``answer`` only those inside ``<answer>`` (LAT's own
-IoU@0.5 reads those). Boxes are kept as written: a reversed box is normalised and counted malformed by the
-scorer, nothing is clipped. The prediction is ``interface: "coordinate"`` with its citations in points.
+placed and the command stops. ``--lat-boxes answer`` (default) cites only the boxes inside ``<answer>`` (LAT's
+own IoU@0.5 reads those: the answer's source, so the run is scored as LAT scores itself; a response without an
+``<answer>`` block cites nothing); ``all`` cites every box of the response (the chain's step evidence and the
+answer's source, exact duplicates once; our earlier default, which adds the steps' boxes to recall and
+precision). Boxes are kept as written: the scorer counts a reversed box malformed and it
+matches nothing (raw-output semantics); nothing is clipped. The prediction is ``interface: "coordinate"`` with its citations in points.
 
 **MultAttnAttrib** (``--from multattnattrib``) attributes the *given* answer to text spans of the document's
 text and to whole embedded images (labels ``[Image 0]``, ``[Image 1]``, ... in document order, 0-based). One
@@ -68,7 +70,7 @@ from eval.schemas import Gold, iter_jsonl, read_gold, write_jsonl
 SYSTEMS: tuple[str, ...] = ("lat", "multattnattrib")
 """Rival systems ``--from`` accepts."""
 
-LAT_BOX_MODES: tuple[str, ...] = ("all", "answer")
+LAT_BOX_MODES: tuple[str, ...] = ("answer", "all")
 """Which LAT boxes are citations: every box of the response, or only those of its ``<answer>``."""
 
 DROP_REASONS: tuple[str, ...] = (
@@ -263,8 +265,8 @@ class Converter:
     """``{doc_key: [[width_px, height_px] per PDF page]}``: the pixel size of each page image the model saw."""
     image_list: dict | None = None
     """MultAttnAttrib: ``{doc_key: [[page, x0, y0, x1, y1], ...]}`` in ``[Image k]`` order (points)."""
-    lat_boxes: str = "all"
-    """One of :data:`LAT_BOX_MODES`."""
+    lat_boxes: str = "answer"
+    """One of :data:`LAT_BOX_MODES` (default ``answer``: LAT's own evaluation reads only ``<answer>`` boxes)."""
     stats: Counter = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
@@ -600,13 +602,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-pixels-per-page", type=float, default=1_000_000, help="per-page cap with --render-pixels (1e6)"
     )
-    parser.add_argument("--lat-boxes", default="all", choices=LAT_BOX_MODES, help="LAT boxes cited (default all)")
+    parser.add_argument(
+        "--lat-boxes",
+        default="answer",
+        choices=LAT_BOX_MODES,
+        help="LAT boxes cited: those in <answer> (LAT's own IoU@0.5, default) or every box of the response",
+    )
     parser.add_argument(
         "--image-list", type=Path, default=None, help="MultAttnAttrib: JSON {doc_key: [[page, x0, y0, x1, y1], ...]}"
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    from data_prep.io import refuse_output_over_inputs
+
+    refuse_output_over_inputs(args.out, [args.input, args.gold, args.page_images_info, args.image_list])
     docs = Documents(args.cache_dir, args.pdf_dir, parser=args.parser)
     converter = Converter(
         args.system,

@@ -7,7 +7,8 @@ numbers cannot be read is counted as unparsed, never guessed.
 
 Conversion: ``x_pt = x / 1000 * page_width_pt``, ``y_pt = y / 1000 * page_height_pt`` with the displayed page
 size (after ``/Rotate``), so the result is ``[x0, y0, x1, y1]`` in points, origin top-left. The box is kept as
-written (a reversed box stays reversed and is counted malformed by the scorer); nothing is clipped.
+written (a reversed box stays reversed: the scorer counts it malformed and it matches nothing, raw-output
+semantics); nothing is clipped.
 
 *Snap* (paper Table 10): each box is replaced by the block on its stated page with the highest IoU; when no
 block overlaps it, by the nearest block (smallest gap between the boxes, ties broken by centre distance); when

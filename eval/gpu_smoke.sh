@@ -11,9 +11,12 @@
 # Needs: a CUDA GPU, `pip install -e ".[gpu]"` (vllm), the model weights reachable by vLLM (a local folder or a
 # Hugging Face cache). For the full paper run replace GOLD/CACHE by the CiteVQA gold (`python -m data_prep
 # citevqa`) and its cache (`python -m data_prep blocks`), and add JUDGE_URL/JUDGE_MODEL for the judge metrics.
+# CITEVQA_DIR (a checkout of opendatalab/CiteVQA) gives the paper's prompts: CiteVQA's inference prompt for the
+# coordinate run and CiteVQA's two-call judge; without it the coordinate run uses our prompt
+# (--coordinate-prompt ours) and a JUDGE_URL judge the reward's rubric call (--judge-protocol rubric).
 #
 # Usage: MODEL=/models/Qwen3-VL-8B-Instruct [LORA=ckpt/global_step_144/actor/lora_adapter] [THINKING=1] \
-#        [JUDGE_URL=http://127.0.0.1:8000/v1 JUDGE_MODEL=judge] bash eval/gpu_smoke.sh [OUT]
+#        [CITEVQA_DIR=CiteVQA/] [JUDGE_URL=http://127.0.0.1:8000/v1 JUDGE_MODEL=judge] bash eval/gpu_smoke.sh [OUT]
 set -euo pipefail
 
 MODEL=${MODEL:?set MODEL to the base model folder or name}
@@ -26,8 +29,16 @@ CACHE=${CACHE:-$OUT/demo/cache}
 infer_flags=(--model "$MODEL" --gold "$GOLD" --cache-dir "$CACHE")
 [[ -n "$LORA" ]] && infer_flags+=(--lora "$LORA")
 [[ "${THINKING:-0}" == 1 ]] && infer_flags+=(--thinking)
+if [[ -n "${CITEVQA_DIR:-}" ]]; then
+  infer_flags+=(--citevqa-dir "$CITEVQA_DIR")
+  protocol_flags=(--judge-protocol citevqa --citevqa-dir "$CITEVQA_DIR")
+else
+  infer_flags+=(--coordinate-prompt ours)
+  protocol_flags=(--judge-protocol rubric)
+fi
 judge_flags=(--judge lexical)
-[[ -n "${JUDGE_URL:-}" ]] && judge_flags=(--judge-url "$JUDGE_URL" --judge-model "${JUDGE_MODEL:?set JUDGE_MODEL}")
+[[ -n "${JUDGE_URL:-}" ]] && judge_flags=(--judge-url "$JUDGE_URL" --judge-model "${JUDGE_MODEL:?set JUDGE_MODEL}"
+                                          "${protocol_flags[@]}")
 
 # 1. The sample document, its cache (pdftext + minilm) and the demo gold (CPU).
 if [[ ! -f "$GOLD" ]]; then

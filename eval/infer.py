@@ -6,11 +6,22 @@ decoding; 1,536 output tokens, 4,096 for thinking models (``--thinking``, which 
 ``enable_thinking: true`` to the chat template). ``--chat-template-kwargs JSON`` hands further variables to the
 model's chat template (vLLM ``LLM.chat(..., chat_template_kwargs=...)``, e.g. ``{"enable_thinking": false}`` for a
 hybrid model that thinks by default); what was sent is recorded in every prediction line (``chat_template_kwargs``,
-``max_tokens``, ``thinking``). The prompt comes from
-``recipes/prompts/<interface>_interface.jinja`` (a Jinja template rendered with ``content`` and ``question``
-(both the question: ``content`` is EasyR1's name, so training and evaluation share the files), ``n_pages``,
-``interface``; it may hold ``=== system ===`` and ``=== user ===`` sections, otherwise it is all user text).
-The user turn is the page images followed by the rendered text.
+``max_tokens``, ``thinking``, ``prompt``).
+
+Prompts (paper Appendix J):
+
+* **Language interface** (J.2, "language-interface system prompt"): ``recipes/prompts/language_interface.jinja``
+  (a Jinja template rendered with ``content`` and ``question``, ``content`` being EasyR1's name, so training and
+  evaluation share the file, plus ``n_pages`` and ``interface``). By default (``--prompt-role system``) the
+  instructions, rendered with an empty question, are the **system** turn and the user turn is the page images
+  followed by the question. ``--prompt-role user`` puts the whole rendered template (question first) in the user
+  turn after the images (our earlier protocol, and how EasyR1's ``format_prompt`` sends it in training; the
+  default of our other templates). A template with ``=== system ===`` / ``=== user ===`` sections is split as
+  written, whatever the role.
+* **Coordinate interface** (J.1): CiteVQA's own inference prompt from your CiteVQA checkout (``--citevqa-dir`` or
+  ``$QUOTECITE_CITEVQA_DIR``; :class:`eval.citevqa.CiteVQAInferPrompt`): ``prompts/infer_system.txt`` as the
+  system turn, the page images and ``prompts/infer_user.txt`` with the question as the user turn.
+  ``--coordinate-prompt ours`` uses ``recipes/prompts/coordinate_interface.jinja`` like the language prompt.
 
 Resumable: the output JSONL is appended one whole line per finished question (single write, fsync), indices
 already in it are skipped, and a partial last line left by a crash is removed on start.
@@ -39,8 +50,9 @@ from tqdm import tqdm
 from data_prep.document import Document
 from data_prep.types import InputError
 from eval.schemas import Gold, append_jsonl, iter_jsonl, read_gold, repair_jsonl_tail
+from recipes import prompts_dir
 
-PROMPTS_DIR = Path(__file__).resolve().parents[1] / "recipes" / "prompts"
+PROMPTS_DIR = prompts_dir()
 """Where the interface prompts live (``language_interface.jinja``, ``coordinate_interface.jinja``)."""
 
 
@@ -126,11 +138,25 @@ class Generator(Protocol):
 
 
 # ---------------------------------------------------------------------------------------------- prompts
-class PromptTemplate:
-    """``recipes/prompts/<interface>_interface.jinja`` split into its system and user parts."""
+PROMPT_ROLES: tuple[str, ...] = ("system", "user")
+"""Where a template without sections goes (``--prompt-role``)."""
+DEFAULT_PROMPT_ROLES: dict[str, str] = {"language": "system"}
+"""The default role per interface: the language prompt is a system prompt (paper J.2); any other template of ours
+(``--coordinate-prompt ours``, a rival system's) stays in the user turn, as before."""
+COORDINATE_PROMPTS: tuple[str, ...] = ("citevqa", "ours")
+"""``--coordinate-prompt``: CiteVQA's inference prompt (default, the paper's J.1) or our template."""
 
-    def __init__(self, interface: str, prompts_dir: str | Path = PROMPTS_DIR) -> None:
+
+class PromptTemplate:
+    """``recipes/prompts/<interface>_interface.jinja`` split into its system and user parts (module docstring)."""
+
+    def __init__(self, interface: str, prompts_dir: str | Path = PROMPTS_DIR, role: str | None = None) -> None:
         import jinja2
+
+        role = role or DEFAULT_PROMPT_ROLES.get(interface, "user")
+        if role not in PROMPT_ROLES:
+            raise InputError(f"--prompt-role {role!r}: expected one of {PROMPT_ROLES}")
+        self.role = role
 
         path = Path(prompts_dir) / f"{interface}_interface.jinja"
         if not path.is_file():
@@ -150,18 +176,27 @@ class PromptTemplate:
         """``(system or None, user text)`` for one question."""
         import jinja2
 
-        try:
-            # ``content`` is EasyR1's name for the prompt text in a format_prompt template (the same files).
-            text = self.template.render(content=question, question=question, n_pages=n_pages, interface=self.interface)
-        except jinja2.UndefinedError as e:
-            raise InputError(f"{self.path}: template uses an unknown variable ({e.message})") from None
+        def fill(q: str) -> str:
+            try:
+                # ``content`` is EasyR1's name for the prompt text in a format_prompt template (the same files).
+                return self.template.render(content=q, question=q, n_pages=n_pages, interface=self.interface)
+            except jinja2.UndefinedError as e:
+                raise InputError(f"{self.path}: template uses an unknown variable ({e.message})") from None
+
+        text = fill(question)
         m = re.search(r"^=== system ===\n(.*?)^=== user ===\n(.*)\Z", text, re.DOTALL | re.MULTILINE)
         if m:
             return m.group(1).strip() or None, m.group(2).strip()
         m = re.search(r"^=== user ===\n(.*)\Z", text, re.DOTALL | re.MULTILINE)
         if m:
             return None, m.group(1).strip()
+        if self.role == "system":
+            return fill("").strip() or None, question.strip()
         return None, text.strip()
+
+    def describe(self) -> dict:
+        """What a prediction line records about the prompt."""
+        return {"source": str(self.path), "role": self.role}
 
 
 # ---------------------------------------------------------------------------------------------- images
@@ -197,6 +232,10 @@ def done_indices(out: Path, interface: str) -> set[str]:
 
 
 def _answer(text: str, interface: str) -> str:
+    if interface == "lat":  # LAT's Chain-of-Evidence (eval/lat.py)
+        from reward.lat import parse_coe
+
+        return parse_coe(text).answer
     if interface == "coordinate":
         from eval.coordinate import parse_coordinate_response
 
@@ -341,11 +380,21 @@ def pdf_locator(pdf_dir: Path | None, cache_dir: Path | None, parser: str | None
     return locate
 
 
+def make_template(args: argparse.Namespace):
+    """The prompt of ``eval infer`` (module docstring): CiteVQA's for the coordinate interface unless
+    ``--coordinate-prompt ours``, else our template with ``--prompt-role``."""
+    if args.interface == "coordinate" and args.coordinate_prompt == "citevqa":
+        from eval.citevqa import CiteVQAInferPrompt
+
+        return CiteVQAInferPrompt(args.citevqa_dir)
+    return PromptTemplate(args.interface, args.prompts_dir, role=args.prompt_role)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="base model folder or name (vLLM)")
     parser.add_argument("--lora", default=None, help="LoRA adapter folder (e.g. global_step_144/actor/lora_adapter)")
     parser.add_argument("--gold", type=Path, required=True, help="gold JSONL")
-    parser.add_argument("--interface", required=True, choices=["language", "coordinate"])
+    parser.add_argument("--interface", required=True, choices=["language", "coordinate", "lat", "attention"])
     parser.add_argument("--out", type=Path, required=True, help="predictions JSONL (appended; resumable)")
     parser.add_argument("--pdf-dir", type=Path, default=None, help="folder of <doc_key>.pdf")
     parser.add_argument("--cache-dir", type=Path, default=None, help="or: block cache whose manifests name the PDFs")
@@ -363,16 +412,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=InferConfig.batch_size)
     parser.add_argument("--page-labels", action="store_true", help='a "Page N:" text part before each image')
     parser.add_argument("--prompts-dir", type=Path, default=PROMPTS_DIR)
+    parser.add_argument(
+        "--prompt-role",
+        default=None,
+        choices=PROMPT_ROLES,
+        help="our template's instructions as the system turn (the language interface's default, paper J.2) or all "
+        "of it in the user turn (the default of our other templates)",
+    )
+    parser.add_argument(
+        "--coordinate-prompt",
+        default="citevqa",
+        choices=COORDINATE_PROMPTS,
+        help="coordinate interface: CiteVQA's inference prompt from --citevqa-dir (paper J.1, default) or ours",
+    )
+    parser.add_argument(
+        "--citevqa-dir", type=Path, default=None, help="your CiteVQA checkout (its prompts/infer_*.txt)"
+    )
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions of the gold file")
+    from eval.attention import add_arguments as attention_arguments
+
+    attention_arguments(parser)  # --interface attention (MultAttnAttrib, eval/attention.py)
 
 
 def run(args: argparse.Namespace) -> int:
+    from data_prep.io import refuse_output_over_inputs
+
+    refuse_output_over_inputs(args.out, [args.gold])  # predictions are appended: never to the gold file
+    if args.interface == "attention":  # attribution read off the prefill attention (eval/attention.py), no vLLM
+        from eval.attention import run_cli
+
+        return run_cli(args)
     t0 = time.perf_counter()
     golds = read_gold(args.gold)[: args.limit]
-    template = PromptTemplate(args.interface, args.prompts_dir)  # fail before loading a model
+    template = make_template(args)  # fail before loading a model
     chat_kwargs = chat_template_kwargs_from(args.chat_template_kwargs, args.thinking)
     cfg = InferConfig(total_pixels=args.total_pixels, batch_size=args.batch_size, page_labels=args.page_labels)
     max_tokens = args.max_tokens or (cfg.thinking_max_tokens if args.thinking else cfg.max_tokens)
@@ -393,7 +468,7 @@ def run(args: argparse.Namespace) -> int:
         chat_template_kwargs=chat_kwargs,
     )
     meta = {"model": args.model, "lora": args.lora, "max_tokens": max_tokens, "thinking": bool(args.thinking),
-            "chat_template_kwargs": chat_kwargs}  # fmt: skip
+            "chat_template_kwargs": chat_kwargs, "prompt": template.describe()}  # fmt: skip
     counts = run_inference(golds, gen, args.out, args.interface, locate, cfg, template, meta)
     print(
         f"{counts['generated']} generated, {counts['skipped']} already done, {counts['total']} questions -> {args.out} "

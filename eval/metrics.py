@@ -1,4 +1,4 @@
-"""The evaluation metrics, defined exactly (``../shared/SPEC.md``, paper Section 4 and Appendix H).
+"""The evaluation metrics, defined exactly (``docs/METHOD.md``, "Metrics"; paper Section 4 and Appendix H).
 
 Scoring rules
 =============
@@ -6,15 +6,23 @@ Scoring rules
 Boxes are ``[x0, y0, x1, y1]`` in PDF points, origin top-left of the displayed page; pages are 1-based.
 
 1. **Boxes.** IoU is computed on the boxes as given (no padding, no clipping). A box with ``x1 < x0`` or
-   ``y1 < y0`` is normalised (each axis sorted) and counted as *malformed* (``counts.malformed_citations``,
-   ``counts.malformed_gold``). A box with zero area never matches anything.
+   ``y1 < y0`` is *malformed* (``counts.malformed_citations``, ``counts.malformed_gold``). A malformed
+   *citation* matches nothing at any IoU threshold (raw-output semantics: CiteVQA's scorer, which reads the
+   model's numbers as written, gives it no overlap) but still names its page; ``--reversed-boxes normalize``
+   (:attr:`ScoringConfig.reversed_boxes`) sorts each axis and scores it like any box (our earlier rule). A
+   malformed gold element is normalised (an annotation, not a model output). A box with zero area never matches
+   anything. A coordinate tag naming a page the document lacks is a citation (it counts in the precision
+   denominator and matches nothing; ``eval resolve --drop-missing-pages`` drops it instead).
 2. **Match.** A citation matches an annotated element at threshold ``t`` when both are on the same page and
    ``IoU >= t`` (with ``IoU > 0``; a 1e-9 tolerance absorbs float rounding, so IoU exactly ``t`` matches).
    Thresholds: 0.1, 0.3, **0.5** (main), 0.7, and ``page`` (same page only, any overlap or none).
 3. **Recall** (per question): necessary elements (``gt_necessary``) matched by at least one citation, divided
    by the number of necessary elements. Aggregation: mean over **all** questions; a question with no citation
-   (no parseable response, no quote, nothing resolved) scores 0. ``recall.page`` counts a necessary element
-   when any citation is on its page.
+   (no parseable response, no quote, nothing resolved) scores 0. ``recall.page`` (same-page recall) is
+   CiteVQA's page recall: distinct pages holding necessary elements that some citation names, divided by the
+   distinct pages holding necessary elements (two elements on page 1 and one on page 2, a citation on page 1:
+   1/2). ``--page-recall elements`` (:attr:`ScoringConfig.page_recall`) counts necessary elements whose page is
+   cited instead (2/3 there; our earlier rule). The parser ceiling's ``page`` follows the same setting.
 4. **Precision** (per question, CiteVQA "loop semantics"): the number of annotated elements of ``gt_all``
    (necessary + optional) matched by at least one citation, divided by the number of citations (malformed and
    zero-area citations included in the denominator). One box covering two annotated elements adds 2 to the
@@ -37,10 +45,12 @@ Boxes are ``[x0, y0, x1, y1]`` in PDF points, origin top-left of the displayed p
    counted in ``judge_failures`` (``{"failed": n, "judged": m}``; ``judged`` is the denominator of the judge
    metrics). ``judged_subset`` repeats recall, precision, F1 and format rate over those ``m`` questions only:
    the paper's Table 1 reports its box metrics on the judged subset, its judge-free tables (2, 4, 10-12) on all
-   questions. The judge is :mod:`reward.judge` (one request per question returning answer, relevance and
-   coverage, with the prompt ``recipes/prompts/judge.txt`` unless ``--judge-prompt`` names another); the paper's
-   evaluation judge is a different model with CiteVQA's two prompts, so absolute Ans/Rel are comparable only
-   between runs scored by the same judge.
+   questions. The judge (``eval score --judge-protocol``) is by default CiteVQA's two calls
+   (:class:`eval.citevqa.CiteVQAJudge`, the paper's Section 4 and Appendices J.3/J.4): Ans from the answer-accuracy
+   prompt with no image, Rel from the relevance prompt with the crops; a question counts as judged when both replies
+   carry a score tag. ``rubric`` is the training reward's one call (:mod:`reward.judge`, answer, relevance and
+   coverage in one reply that sees the crops, prompt ``recipes/prompts/judge.txt`` unless ``--judge-prompt``), whose
+   Ans/Rel are not comparable with the paper's. ``metrics.json`` ``judge_protocol`` says which ran.
 9. **Parser ceiling** (with ``--cache-dir``): recall at each threshold if every parsed block of the
    question's document were cited (rule 3 with the cache's blocks as citations).
 
@@ -49,14 +59,18 @@ How this differs from CiteVQA's released scorer (``eval/run.py`` of opendatalab/
 * Its judge scores are parsed and multiplied by 1/20 before its SAA test ``qa_acc >= 4 and (rel >= 4 or
   recall >= 0.6)``, so the first two comparisons can never pass and SAA is 0 whatever the model does. We keep
   the 0-5 scores for the test and divide by 5 only for reporting.
-* Its relevance judge receives page images from a field of its own inference records, not crops of the cited
-  regions; ours gets the crops of the regions the citations point to (paper Appendix A).
+* Its relevance judge receives page images from a field (``openai_images``) its inference records lack, so it
+  sees no image; ours gets the crops of the regions the citations point to (paper Appendix A). Its judge puts the
+  prompt and the filled template together in the system turn; ours sends the template as the user turn (J.3). Its
+  reply regex takes the first tag and any integer; ours the last tag, 0..5 only.
 * It returns no F1 (None, excluded from the mean) when recall + precision is 0; ours scores such a question
   0 and averages F1 over all questions.
 * It reads its ground truth from an ``answer_bboxes`` field that its released data does not carry; ours reads
   the gold file above (built by ``python -m data_prep citevqa``).
 * Its IoU adds 1e-6 to the union, so an IoU of exactly 0.5 fails its ``>= 0.5``; ours matches (rule 2).
-* Its page recall is the share of distinct gold *pages* cited; ours is element-level (rule 3).
+* Its page recall is meant to be the share of distinct gold pages cited (rule 3, our default), but as released
+  it returns no value for any question: it splits the text on ``<bbox`` before matching a regex that starts with
+  ``<bbox``. Ours computes what it means to.
 * Its tag regex needs ``page x1 y1 x2 y2`` in that order, every value quoted and non-negative; our coordinate
   parser (:mod:`eval.coordinate`) also reads unquoted, positional and reordered tags, so a coordinate run's
   format rate can be higher than its scorer would report (a box it reads could count as no citation there).
@@ -64,6 +78,10 @@ How this differs from CiteVQA's released scorer (``eval/run.py`` of opendatalab/
   score is missing (ours: the question leaves the judge metrics and is counted).
 * Recall is scored against ``gt_necessary`` and precision against ``gt_all`` (the paper's protocol choice,
   Appendix H); citations are scored on the page the model names, without correcting page indices.
+* Where the two agree by design: a reversed box matches nothing (rule 1), a tag naming a page the document lacks
+  is a citation that matches nothing, precision's loop semantics, recall@0.5, Ans and Rel parsed from the same
+  replies. ``tests/test_citevqa_crosscheck.py`` runs its own scoring functions from the vendored release on the
+  same gold and predictions as ``eval score`` and checks every value, and each difference above by a case.
 """
 
 from __future__ import annotations
@@ -76,6 +94,11 @@ import numpy as np
 from data_prep.registry import Registry
 from eval.boxes import iou_normalized, match_matrix, matches
 from eval.schemas import Cited, Element, Gold, Prediction
+
+PAGE_RECALL_MODES: tuple[str, ...] = ("pages", "elements")
+"""Readings of same-page recall (:attr:`ScoringConfig.page_recall`; the first is the default)."""
+REVERSED_BOX_MODES: tuple[str, ...] = ("no_match", "normalize")
+"""What a reversed citation box does (:attr:`ScoringConfig.reversed_boxes`; the first is the default)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +115,18 @@ class ScoringConfig:
     """SAA's recall disjunct: recall at ``main_iou`` at or above this attributes the answer."""
     judge_scale: float = 5.0
     """Judge scores are divided by this for metrics.json (fractions in [0, 1])."""
+    page_recall: str = "pages"
+    """``pages``: same-page recall over distinct gold pages (CiteVQA, the paper); ``elements``: over necessary
+    elements (rule 3)."""
+    reversed_boxes: str = "no_match"
+    """``no_match``: a citation with x1 < x0 or y1 < y0 matches nothing (raw output, the paper); ``normalize``:
+    its axes are sorted and it is scored (rule 1)."""
+
+    def __post_init__(self) -> None:
+        if self.page_recall not in PAGE_RECALL_MODES:
+            raise ValueError(f"page_recall {self.page_recall!r}: expected one of {PAGE_RECALL_MODES}")
+        if self.reversed_boxes not in REVERSED_BOX_MODES:
+            raise ValueError(f"reversed_boxes {self.reversed_boxes!r}: expected one of {REVERSED_BOX_MODES}")
 
     def threshold_keys(self) -> list[str]:
         return ["page", *(threshold_key(t) for t in self.thresholds)]
@@ -134,10 +169,25 @@ def _arrays(items: Sequence[Element] | Sequence[Cited]) -> tuple[np.ndarray, np.
     return pages, boxes
 
 
-def _iou_table(elements: Sequence[Element], citations: Sequence[Cited]) -> list[list[float | None]]:
-    """IoU of each element with each citation; None when they are on different pages. Questions have a handful of
-    boxes, so plain Python beats array code here (see benchmarks/bench_eval.py)."""
-    return [[iou_normalized(e.bbox, c.bbox) if e.page == c.page else None for c in citations] for e in elements]
+def _iou_table(
+    elements: Sequence[Element], citations: Sequence[Cited], raw_reversed: bool = True
+) -> list[list[float | None]]:
+    """IoU of each element with each citation; None when they are on different pages; 0 for a malformed citation
+    when ``raw_reversed`` (rule 1). Questions have a handful of boxes, so plain Python beats array code here (see
+    benchmarks/bench_eval.py)."""
+    return [
+        [
+            (0.0 if raw_reversed and c.malformed else iou_normalized(e.bbox, c.bbox)) if e.page == c.page else None
+            for c in citations
+        ]
+        for e in elements
+    ]
+
+
+def page_recall_distinct(gold: Gold, cited_pages: set[int]) -> float:
+    """CiteVQA's page recall: distinct pages of ``gt_necessary`` among ``cited_pages`` / distinct pages."""
+    pages = {e.page for e in gold.gt_necessary}
+    return len(pages & cited_pages) / len(pages)
 
 
 def _hit(v: float | None, t: float | None) -> bool:
@@ -147,7 +197,8 @@ def _hit(v: float | None, t: float | None) -> bool:
 def score_boxes(gold: Gold, citations: Sequence[Cited], cfg: ScoringConfig = ScoringConfig()) -> BoxScores:
     """Rules 1-5 of the module docstring for one question."""
     n_nec, n_cit = len(gold.gt_necessary), len(citations)
-    nec = _iou_table(gold.gt_necessary, citations)
+    raw = cfg.reversed_boxes == "no_match"
+    nec = _iou_table(gold.gt_necessary, citations, raw)
     recall: dict[str, float] = {}
     nec_hit: dict[str, tuple[bool, ...]] = {}
     thresholds = [None, *cfg.thresholds]
@@ -157,9 +208,11 @@ def score_boxes(gold: Gold, citations: Sequence[Cited], cfg: ScoringConfig = Sco
         hit = tuple(any(_hit(v, t) for v in row) for row in nec)
         nec_hit[threshold_key(t)] = hit
         recall[threshold_key(t)] = sum(hit) / n_nec
+    if cfg.page_recall == "pages":
+        recall["page"] = page_recall_distinct(gold, {c.page for c in citations})
     main_k = threshold_key(cfg.main_iou)
     if n_cit:
-        alls = _iou_table(gold.gt_all, citations)
+        alls = _iou_table(gold.gt_all, citations, raw)
         precision: float | None = sum(any(_hit(v, cfg.main_iou) for v in row) for row in alls) / n_cit
         cit_hit = tuple(any(_hit(row[j], cfg.main_iou) for row in nec) for j in range(n_cit))
         cit_hit_all = tuple(any(_hit(row[j], cfg.main_iou) for row in alls) for j in range(n_cit))
@@ -356,6 +409,8 @@ def parser_ceiling_question(gold: Gold, block_pages: np.ndarray, block_boxes: np
     for t in (None, *cfg.thresholds):
         m = match_matrix(nec_p, nec_b, block_pages, block_boxes, t)
         out[threshold_key(t)] = float(m.any(axis=1).sum()) / len(gold.gt_necessary) if len(block_pages) else 0.0
+    if cfg.page_recall == "pages":
+        out["page"] = page_recall_distinct(gold, {int(p) for p in block_pages})
     return out
 
 

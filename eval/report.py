@@ -170,6 +170,10 @@ def tables_markdown(metrics: dict, extra: dict, label: str) -> str:
             )
         ]
         parts += [""]
+    if "lat" in extra or "multattreval" in extra:
+        from eval.interfaces import rivals_section
+
+        parts += [rivals_section(extra), ""]
     parts += ["## Metric definitions", "", _md_table(
         ["metric", "aggregation", "higher is better"],
         [[d["name"], d["aggregation"], "yes" if d["higher_is_better"] else "no"] for d in metric_docs()],
@@ -366,7 +370,9 @@ def _question_html(i: int, r: dict, docs, files: Path, open_docs: dict) -> str:
     if "judge" in r:
         j = r["judge"]
         line += "; judge: output did not parse" if j is None else (
-            f"; judge Ans {j['answer']} Rel {j['relevance']} Cov {j['coverage']}; SAA {r.get('saa')} AH {r.get('ah')}")  # fmt: skip
+            f"; judge Ans {j['answer']} Rel {j['relevance']}"
+            + (f" Cov {j['coverage']}" if j.get("coverage") is not None else "")  # CiteVQA's judge scores no coverage
+            + f"; SAA {r.get('saa')} AH {r.get('ah')}")  # fmt: skip
     if r.get("resolve") and r["resolve"].get("reason"):
         line += f"; response not parsed: {r['resolve']['reason']}"
     parts.append(f"<p class='k'>{esc(line)}</p>")
@@ -526,6 +532,10 @@ def runs_markdown(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, 
     parts += ["## Main metrics (paper Table 1; box metrics on the judged subset of judged runs)", "",
               main_table(runs), ""]  # fmt: skip
     parts += ["## Recall by overlap threshold (paper Tables 4, 9, 10; Figure 3)", "", threshold_table(runs), ""]
+    from eval.interfaces import interfaces_table
+
+    parts += ["## Interfaces side by side: our metrics, LAT's (EM, IoU@0.5, SA) and MultAttrEval's (MAE P/R/F1)", "",
+              interfaces_table(loaded, run_dirs), ""]  # fmt: skip
     grid = condition_grid(runs)
     if grid:
         parts += ["## Recall at IoU 0.5 by condition (paper Tables 2 and 12)", "", grid, ""]
@@ -550,7 +560,7 @@ def runs_markdown(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, 
             lang_rows.append([label, g, str(row["n"]), _pct(row.get("recall@0.5")), _pct(row.get("saa")),
                               _pct(row.get("ah"))])  # fmt: skip
     if lang_rows:
-        parts += ["## Per language (paper Table 6)", "",
+        parts += ["## Per language (paper Table 6; judged runs: over the judged subset)", "",
                   _md_table(["run", "language", "n", "Rec.5", "SAA", "AH"], lang_rows), ""]  # fmt: skip
     qt_rows = []
     for label, _, a in loaded:
@@ -617,6 +627,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if bool(args.runs) == bool(args.score_dir):
         raise InputError("give either --runs DIR... --out DIR (side by side) or --score-dir DIR (one report)")
+    if args.runs and args.out:
+        from data_prep.io import refuse_output_dir_over_inputs
+
+        refuse_output_dir_over_inputs(args.out, args.runs)
     if args.score_dir:
         metrics, _ = _load_run(args.score_dir)
         rows = [d for _, d in iter_jsonl(args.score_dir / "per_question.jsonl")]

@@ -29,15 +29,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_prep.io import atomic_write_bytes, atomic_write_json, atomic_write_jsonl, atomic_write_text  # noqa: F401
+from data_prep.io import (  # noqa: F401
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_jsonl,
+    atomic_write_text,
+    read_jsonl,
+)
 from data_prep.types import InputError
 from eval.boxes import Box, normalize_box
 
 ELEMENT_TYPES: tuple[str, ...] = ("text", "table", "figure")
 """Evidence element types of ``gt_types`` (text includes titles and lists; table its captions and notes)."""
 
-INTERFACES: tuple[str, ...] = ("language", "coordinate")
-"""How a model expressed its evidence: verbatim quotes resolved by retrieval, or boxes it wrote itself."""
+INTERFACES: tuple[str, ...] = ("language", "coordinate", "lat", "attention")
+"""How a model expressed its evidence: verbatim quotes resolved by retrieval, boxes it wrote itself, LAT's
+Chain-of-Evidence (boxes per reasoning step and for the answer, :mod:`eval.lat`), or blocks read off its prefill
+attention (MultAttnAttrib, :mod:`eval.attention`)."""
 
 
 @dataclass(frozen=True)
@@ -252,21 +260,9 @@ def prediction_from_json(d: dict, where: str = "prediction") -> Prediction:
 
 # ---------------------------------------------------------------------------------------------- JSONL IO
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line number, object)`` for each non-blank line; InputError names the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{_where(path, lineno)}: not valid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{_where(path, lineno)}: expected a JSON object, got {type(obj).__name__}")
-            yield lineno, obj
+    """Yield ``(line number, object)`` for each non-blank line; InputError names the file and line (bytes that
+    are not UTF-8 included): the shared reader :func:`data_prep.io.read_jsonl`."""
+    return read_jsonl(path)
 
 
 def _unique(records: list, path: Path, kind: str) -> None:

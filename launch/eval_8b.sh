@@ -8,7 +8,7 @@
 #SBATCH --open-mode=append
 #SBATCH --requeue
 #SBATCH --output=%x-%j.out
-#
+# --- help ---
 # Evaluate the trained LoRA adapter against the base model on the CiteVQA gold file, on the training job's
 # allocation pattern: GPU 2 serves the judge and the quote embedder, GPU 0 runs `eval infer` for the base model
 # and GPU 1 for base + adapter (in parallel), then `eval resolve` (quotes -> blocks, through the embedder) and
@@ -26,11 +26,14 @@
 #   QUOTECITE_EVAL_GOLD      gold JSONL (required)      QUOTECITE_EVAL_CACHE_DIR  block cache (required)
 #   QUOTECITE_EVAL_PDF_DIR   folder of <doc_key>.pdf (optional; default: the PDFs the cache names)
 #   QUOTECITE_EVAL_OUT       output folder (default RUN_DIR/eval/step_N)
+#   QUOTECITE_CITEVQA_DIR    a CiteVQA checkout: its prompts/ are the two-call judge's (required unless
+#                            QUOTECITE_EVAL_SCORE_ARGS has --judge-protocol rubric or --citevqa-dir)
 #   QUOTECITE_POLICY_MODEL   base model (default: the recipe's worker.actor.model.model_path)
 #   QUOTECITE_EVAL_INFER_ARGS, QUOTECITE_EVAL_RESOLVE_ARGS, QUOTECITE_EVAL_SCORE_ARGS: extra flags
 #   QUOTECITE_INFER_CMD      program for inference (default "<server venv>/bin/python -m eval infer")
 #   and the server settings of launch/grpo_8b.sh (QUOTECITE_JUDGE_*, QUOTECITE_EMBED_*, QUOTECITE_HEALTH_TIMEOUT,
 #   QUOTECITE_ENV_SETUP, QUOTECITE_JUDGE_CMD, QUOTECITE_EMBED_CMD, QUOTECITE_PYTHON).
+# --- end help ---
 set -uo pipefail
 
 QC_DRY_RUN=0
@@ -38,7 +41,7 @@ for a in "$@"; do
   case $a in
     --dry-run) QC_DRY_RUN=1 ;;
     -h | --help)
-      sed -n '12,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+      awk '/^# --- end help ---$/ {exit} shown {sub(/^# ?/, ""); print} /^# --- help ---$/ {shown = 1}' "$0"
       exit 0
       ;;
     *)
@@ -97,6 +100,13 @@ if [[ $QC_DRY_RUN != 1 ]]; then
   [[ -f $QC_GOLD ]] || qc_die "QUOTECITE_EVAL_GOLD must name the gold JSONL (got '${QC_GOLD}')"
   [[ -d $QC_CACHE ]] || qc_die "QUOTECITE_EVAL_CACHE_DIR must name the block cache (got '${QC_CACHE}')"
   [[ -n $QC_POLICY_MODEL ]] || qc_die "no base model: set QUOTECITE_POLICY_MODEL"
+  # The paper's two-call judge reads CiteVQA's prompts from the user's checkout: fail now, not after inference.
+  if [[ " ${QUOTECITE_EVAL_SCORE_ARGS:-} " != *" --judge-protocol rubric "* &&
+    " ${QUOTECITE_EVAL_SCORE_ARGS:-} " != *" --citevqa-dir "* ]]; then
+    [[ -d ${QUOTECITE_CITEVQA_DIR:-} ]] ||
+      qc_die "QUOTECITE_CITEVQA_DIR must name a CiteVQA checkout (its prompts/ are the judge's; got '${QUOTECITE_CITEVQA_DIR:-}'), or pass --judge-protocol rubric in QUOTECITE_EVAL_SCORE_ARGS"
+    export QUOTECITE_CITEVQA_DIR
+  fi
 fi
 QC_GOLD=${QC_GOLD:-GOLD.jsonl}
 QC_CACHE=${QC_CACHE:-CACHE_DIR}

@@ -9,7 +9,7 @@
 #SBATCH --open-mode=append
 #SBATCH --requeue
 #SBATCH --output=%x-%j.out
-#
+# --- help ---
 # GRPO training of Qwen3-VL-8B with the quote-and-retrieve reward, as a chain of Slurm jobs on 3 GPUs each.
 #
 #   sbatch launch/grpo_8b.sh [key=value ...]      # from the repository root; extra args are EasyR1 overrides
@@ -66,6 +66,15 @@
 #                            overrides and no GPU; a failure ends the job with the check's message and no
 #                            resubmission (as a server that never becomes healthy). 0: skip it.
 #   QUOTECITE_CHECK_PYTHON   python for the check (default: the trainer's, where the reward runs)
+#   QUOTECITE_MAX_RESTARTS   trainer restarts per job after a judge/embedder outage (default 3): the reward waits out
+#                            an outage for judge_outage_s (recipe, default 600 s), then stops the trainer with one
+#                            error and writes server_outage.json into the segment; the job then restarts both
+#                            servers and the trainer in a new segment, resuming from the last complete checkpoint
+#                            (the merged run log keeps every step once); beyond the limit the job ends as crashed
+#   QUOTECITE_MAX_SERVER_RESTARTS  restarts per job of a judge or embedder process that dies while the trainer runs
+#                            (default 5; the reward waits meanwhile); beyond it the job stops (server_failed).
+#                            manifest.json counts every restart ("restarts": judge, embed, trainer)
+# --- end help ---
 set -uo pipefail
 
 # ------------------------------------------------------------------------------------------------ arguments
@@ -75,7 +84,7 @@ for a in "$@"; do
   case $a in
     --dry-run) QC_DRY_RUN=1 ;;
     -h | --help)
-      sed -n '13,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+      awk '/^# --- end help ---$/ {exit} shown {sub(/^# ?/, ""); print} /^# --- help ---$/ {shown = 1}' "$0"
       exit 0
       ;;
     *) QC_ARGS+=("$a") ;;
@@ -132,10 +141,15 @@ fi
 QC_TRAIN_FILES=${QUOTECITE_TRAIN_FILES:-${QUOTECITE_DATA_DIR:+$QUOTECITE_DATA_DIR/train.parquet}}
 
 # max_steps, the recipe's chaining checks, the logger list (EasyR1's `file` logger must be on).
+# Also the absolute paths of the recipe's format prompt and reward file, and the reward's batch shape (see
+# `python -m launch.runlog plan`): they go last, after the extra arguments they were computed from.
+QC_FORMAT_PROMPT_OVERRIDE='' QC_REWARD_FN_OVERRIDE='' QC_BATCH_GROUPS_OVERRIDE='' QC_KEEP_BAND_OVERRIDE=''
 if ! QC_PLAN=$("$QC_PY" -m launch.runlog plan --recipe "$QC_RECIPE" --max-steps "${QUOTECITE_MAX_STEPS:-}" \
-  --train-files "$QC_TRAIN_FILES" -- "${QC_ARGS[@]}"); then
+  --train-files "$QC_TRAIN_FILES" --repo "$QC_REPO" -- "${QC_ARGS[@]}"); then
   if [[ $QC_DRY_RUN == 1 ]]; then
-    QC_PLAN="QC_MAX_STEPS='<from the data at run time>' QC_LOGGER_OVERRIDE='' QC_POLICY_MODEL='' QC_REQUIRE_LORA=1"
+    QC_PLAN=$("$QC_PY" -m launch.runlog plan --recipe "$QC_RECIPE" --max-steps 0 --repo "$QC_REPO" \
+      -- "${QC_ARGS[@]}" 2>/dev/null) || QC_PLAN="QC_LOGGER_OVERRIDE='' QC_POLICY_MODEL='' QC_REQUIRE_LORA=1"
+    QC_PLAN+=$'\n'"QC_MAX_STEPS='<from the data at run time>' QC_MAX_STEPS_FROM=''"
   else
     qc_die "cannot plan the run from $QC_RECIPE (see the error above)"
   fi
@@ -154,6 +168,9 @@ QC_OVERRIDES=(
 [[ -n ${QUOTECITE_TRAIN_FILES:-} ]] && QC_OVERRIDES+=("data.train_files=$QUOTECITE_TRAIN_FILES")
 [[ -n ${QUOTECITE_VAL_FILES:-} ]] && QC_OVERRIDES+=("data.val_files=$QUOTECITE_VAL_FILES")
 QC_OVERRIDES+=("${QC_ARGS[@]}")
+for QC_O in "$QC_FORMAT_PROMPT_OVERRIDE" "$QC_REWARD_FN_OVERRIDE" "$QC_BATCH_GROUPS_OVERRIDE" "$QC_KEEP_BAND_OVERRIDE"; do
+  [[ -n $QC_O ]] && QC_OVERRIDES+=("$QC_O")
+done
 
 # ------------------------------------------------------------------------------------------------ GPUs, ports
 qc_gpu_split "$QC_N_TRAIN_GPUS" 1 || exit 1
@@ -239,6 +256,7 @@ EOF
   qc_start trainer "$QC_RUN_DIR/segments/JOBID-N/trainer.log" "$QC_TRAINER_GPUS" -- \
     env "${QC_TRAINER_ENV[@]}" "${QC_TRAINER_CMD[@]}" "${QC_OVERRIDES[@]}"
   echo "# 4. on SIGUSR1: $([[ $QC_STOP_MODE == signal ]] && echo "forward SIGUSR1 to the trainer" || echo "stop the trainer once checkpoint_tracker.json advances and that step is logged") (at most ${QC_STOP_GRACE}s); on SIGTERM: stop everything, no resubmission"
+  echo "# while training: a judge or embedder process that dies is restarted on its port (at most ${QUOTECITE_MAX_SERVER_RESTARTS:-5} per job); a trainer that stops on a server outage (server_outage.json in its segment) gets both servers restarted and resumes in a new segment from the last complete checkpoint (at most ${QUOTECITE_MAX_RESTARTS:-3} per job)"
   echo "# 5. stop the servers, close the segment, merge the run log, decide"
   qc_run "$QC_PY" -m launch.runlog finish --run-dir "$QC_RUN_DIR" --segment "JOBID-N" --status STATUS \
     --max-steps "$QC_MAX_STEPS" --max-stalled "$QC_MAX_STALLED"
@@ -286,13 +304,47 @@ trap qc_on_term TERM INT
 trap 'QC_STOP_REQUESTED=1' USR1
 
 QC_MODELS=(--model "policy=$QC_POLICY_MODEL" --model "judge=$QC_JUDGE_MODEL" --model "embedder=$QC_EMBED_MODEL")
-QC_PREP=$("$QC_PY" -m launch.runlog prepare --run-dir "$QC_RUN_DIR" --job-id "$QC_JOB_ID" --max-steps "$QC_MAX_STEPS" \
-  --max-stalled "$QC_MAX_STALLED" --require-lora "$QC_REQUIRE_LORA" --repo "$QC_REPO" --recipe "$QC_RECIPE" \
-  --easyr1-commit "$QC_EASYR1_COMMIT_FULL" --vllm-trainer "$QC_VLLM_TRAINER_VERSION" \
-  --vllm-server "$QC_VLLM_SERVER_VERSION" --allow-recipe-change "${QUOTECITE_ALLOW_RECIPE_CHANGE:-0}" \
-  "${QC_MODELS[@]}") || qc_die "launch/runlog.py prepare failed (see above)"
-eval "$QC_PREP"
-[[ -n $QC_CHECKPOINT_NOTES ]] && qc_log "checkpoints: $QC_CHECKPOINT_NOTES"
+# qc_prepare: repair the checkpoints, open a segment (QC_SEGMENT, QC_SEGMENT_DIR) or decide (QC_ACTION, QC_MESSAGE).
+qc_prepare() {
+  QC_PREP=$("$QC_PY" -m launch.runlog prepare --run-dir "$QC_RUN_DIR" --job-id "$QC_JOB_ID" --max-steps "$QC_MAX_STEPS" \
+    --max-stalled "$QC_MAX_STALLED" --require-lora "$QC_REQUIRE_LORA" --repo "$QC_REPO" --recipe "$QC_RECIPE" \
+    --easyr1-commit "$QC_EASYR1_COMMIT_FULL" --vllm-trainer "$QC_VLLM_TRAINER_VERSION" \
+    --vllm-server "$QC_VLLM_SERVER_VERSION" --allow-recipe-change "${QUOTECITE_ALLOW_RECIPE_CHANGE:-0}" \
+    "${QC_MODELS[@]}") || qc_die "launch/runlog.py prepare failed (see above)"
+  eval "$QC_PREP"
+  [[ -n $QC_CHECKPOINT_NOTES ]] && qc_log "checkpoints: $QC_CHECKPOINT_NOTES"
+}
+# qc_count_restart WHAT REASON: count it in the segment and manifest.json (runlog restart).
+qc_count_restart() {
+  local out
+  out=$("$QC_PY" -m launch.runlog restart --run-dir "$QC_RUN_DIR" --segment "$QC_SEGMENT" --what "$1" \
+    --reason "$2") && eval "$out" && qc_log "restarts in this run: $QC_RUN_RESTARTS"
+}
+# qc_check_servers: restart a server process that died while the trainer runs (the reward waits out the gap);
+# returns 1 with QC_HEALTH_ERROR when it cannot (out of restarts, or it does not come back).
+qc_check_servers() {
+  local which pid rc label
+  for which in judge embed; do
+    pid=QC_PID_$which
+    pid=${!pid}
+    ((pid > 0)) && ! kill -0 "$pid" 2>/dev/null || continue
+    wait "$pid" 2>/dev/null
+    rc=$?
+    kill -KILL -- "-$pid" 2>/dev/null # whatever it left behind in its process group (vLLM workers)
+    [[ $which == judge ]] && label=$QC_JUDGE_LABEL || label=$QC_EMBED_LABEL
+    if ((QC_SERVER_RESTARTS >= QC_MAX_SERVER_RESTARTS)); then
+      QC_HEALTH_ERROR="$label exited (code $rc) mid-job after $QC_SERVER_RESTARTS restarts in this job (QUOTECITE_MAX_SERVER_RESTARTS=$QC_MAX_SERVER_RESTARTS); see $QC_SEGMENT_DIR/$which.log"
+      return 1
+    fi
+    QC_SERVER_RESTARTS=$((QC_SERVER_RESTARTS + 1))
+    qc_log "$label exited (code $rc) mid-job; restarting it ($QC_SERVER_RESTARTS of at most $QC_MAX_SERVER_RESTARTS in this job)"
+    qc_count_restart "$which" "exited with code $rc"
+    qc_serve "$which" "$QC_SEGMENT_DIR" || return 1
+  done
+  return 0
+}
+
+qc_prepare
 case $QC_ACTION in
   done)
     qc_log "$QC_MESSAGE; nothing to do"
@@ -305,40 +357,6 @@ case $QC_ACTION in
 esac
 qc_log "segment $QC_SEGMENT: $QC_MESSAGE"
 
-# Servers on the third GPU, one after the other: each vLLM sizes its KV cache from the memory it finds free.
-for QC_WHICH in judge embed; do
-  if ! qc_serve "$QC_WHICH" "$QC_SEGMENT_DIR"; then
-    trap '' TERM INT USR1
-    qc_stop_servers
-    qc_finish server_failed "" "$QC_HEALTH_ERROR"
-    qc_die "$QC_HEALTH_ERROR. The chain stops here (no job submitted)." "$QC_SEGMENT_DIR/$QC_WHICH.log"
-  fi
-done
-
-# The reward's check against the live servers; a failure is misconfiguration: stop here, like a server that never
-# became healthy (no resubmission; the segment records the check's message).
-qc_trainer_env "$QC_SEGMENT_DIR" "$QC_SEGMENT"
-if [[ ${QUOTECITE_PREFLIGHT:-1} == 0 ]]; then
-  qc_log "reward check skipped (QUOTECITE_PREFLIGHT=0)"
-elif [[ $QC_STOP_REQUESTED == 0 ]] && ! qc_preflight "$QC_SEGMENT_DIR"; then
-  trap '' TERM INT USR1
-  qc_stop_servers
-  qc_finish check_failed "" "$QC_CHECK_ERROR"
-  qc_die "$QC_CHECK_ERROR. The chain stops here (no job submitted)." "$QC_SEGMENT_DIR/check.log"
-fi
-
-# The trainer (unless the warning signal came while the servers were loading).
-QC_STATUS=""
-QC_TRAINER_RC=""
-if [[ $QC_STOP_REQUESTED == 1 ]]; then
-  qc_log "SIGUSR1 arrived before training started: not starting the trainer"
-  QC_STATUS=stopped
-else
-  qc_trainer_env "$QC_SEGMENT_DIR" "$QC_SEGMENT"
-  qc_start trainer "$QC_SEGMENT_DIR/trainer.log" "$QC_TRAINER_GPUS" -- \
-    env "${QC_TRAINER_ENV[@]}" "${QC_TRAINER_CMD[@]}" "${QC_OVERRIDES[@]}"
-fi
-
 qc_last_step() { "$QC_PY" -m launch.runlog last-step --run-dir "$QC_RUN_DIR" 2>/dev/null || echo 0; }
 qc_logged_step() { "$QC_PY" -m launch.runlog logged-step --segment-dir "$QC_SEGMENT_DIR" 2>/dev/null || echo 0; }
 # Sleep that a trapped signal interrupts (a foreground sleep would delay the trap until it ends).
@@ -348,55 +366,129 @@ qc_nap() {
   kill $! 2>/dev/null
 }
 
+# One pass per trainer start: servers, (first pass only) the reward check, the trainer, its end. A trainer that stops
+# on a judge/embedder outage (the reward's server_outage.json in its segment) gets fresh servers and a new segment
+# that resumes from the last complete checkpoint, at most QUOTECITE_MAX_RESTARTS times per job.
+QC_MAX_RESTARTS=${QUOTECITE_MAX_RESTARTS:-3}
+QC_MAX_SERVER_RESTARTS=${QUOTECITE_MAX_SERVER_RESTARTS:-5}
+QC_RESTARTS=0
+QC_SERVER_RESTARTS=0
 QC_STOP_HANDLED=0
-QC_STOP_DEADLINE=0
-QC_STOP_BASE=0
-QC_LOG_WAIT_UNTIL=0
-while [[ -z $QC_STATUS ]] && kill -0 "$QC_PID_trainer" 2>/dev/null; do
-  qc_nap "$QC_POLL"
-  if [[ $QC_STOP_REQUESTED == 1 && $QC_STOP_HANDLED == 0 ]]; then
-    QC_STOP_HANDLED=1
-    QC_STOP_DEADLINE=$((SECONDS + QC_STOP_GRACE))
-    if [[ $QC_STOP_MODE == signal ]]; then
-      qc_log "SIGUSR1: asking the trainer to save and exit (at most ${QC_STOP_GRACE}s)"
-      kill -USR1 "$QC_PID_trainer" 2>/dev/null
-    else
-      QC_STOP_BASE=$(qc_last_step)
-      qc_log "SIGUSR1: stopping the trainer after its next checkpoint (now at step $QC_STOP_BASE; at most ${QC_STOP_GRACE}s)"
+while :; do
+  # Servers on the third GPU, one after the other: each vLLM sizes its KV cache from the memory it finds free.
+  for QC_WHICH in judge embed; do
+    if ! qc_serve "$QC_WHICH" "$QC_SEGMENT_DIR"; then
+      trap '' TERM INT USR1
+      qc_stop_servers
+      qc_finish server_failed "" "$QC_HEALTH_ERROR"
+      qc_die "$QC_HEALTH_ERROR. The chain stops here (no job submitted)." "$QC_SEGMENT_DIR/$QC_WHICH.log"
     fi
+  done
+
+  # The reward's check against the live servers; a failure is misconfiguration: stop here, like a server that never
+  # became healthy (no resubmission; the segment records the check's message).
+  qc_trainer_env "$QC_SEGMENT_DIR" "$QC_SEGMENT"
+  if [[ ${QUOTECITE_PREFLIGHT:-1} == 0 ]]; then
+    ((QC_RESTARTS == 0)) && qc_log "reward check skipped (QUOTECITE_PREFLIGHT=0)"
+  elif ((QC_RESTARTS == 0)) && [[ $QC_STOP_REQUESTED == 0 ]] && ! qc_preflight "$QC_SEGMENT_DIR"; then
+    trap '' TERM INT USR1
+    qc_stop_servers
+    qc_finish check_failed "" "$QC_CHECK_ERROR"
+    qc_die "$QC_CHECK_ERROR. The chain stops here (no job submitted)." "$QC_SEGMENT_DIR/check.log"
   fi
-  if [[ $QC_STOP_HANDLED == 1 ]]; then
-    if ((SECONDS >= QC_STOP_DEADLINE)); then
-      qc_log "no checkpoint within ${QC_STOP_GRACE}s of SIGUSR1; stopping the trainer now (steps since the last checkpoint are lost)"
+
+  # The trainer (unless the warning signal came while the servers were loading).
+  QC_STATUS=""
+  QC_TRAINER_RC=""
+  QC_END_MESSAGE=""
+  if [[ $QC_STOP_REQUESTED == 1 ]]; then
+    qc_log "SIGUSR1 arrived before training started: not starting the trainer"
+    QC_STATUS=stopped
+  else
+    qc_start trainer "$QC_SEGMENT_DIR/trainer.log" "$QC_TRAINER_GPUS" -- \
+      env "${QC_TRAINER_ENV[@]}" "${QC_TRAINER_CMD[@]}" "${QC_OVERRIDES[@]}"
+  fi
+
+  QC_STOP_DEADLINE=0
+  QC_STOP_BASE=0
+  QC_LOG_WAIT_UNTIL=0
+  while [[ -z $QC_STATUS ]] && kill -0 "$QC_PID_trainer" 2>/dev/null; do
+    qc_nap "$QC_POLL"
+    if ! qc_check_servers; then
+      qc_log "error: $QC_HEALTH_ERROR; stopping the trainer"
       qc_stop "$QC_PID_trainer" trainer 30
-    elif [[ $QC_STOP_MODE == checkpoint ]]; then
-      QC_NOW_STEP=$(qc_last_step)
-      if ((QC_NOW_STEP > QC_STOP_BASE)); then
-        # EasyR1 logs a step's metrics right after saving its checkpoint: give it that moment.
-        ((QC_LOG_WAIT_UNTIL == 0)) && QC_LOG_WAIT_UNTIL=$((SECONDS + ${QUOTECITE_LOG_WAIT:-120}))
-        if (($(qc_logged_step) >= QC_NOW_STEP || SECONDS >= QC_LOG_WAIT_UNTIL)); then
-          qc_log "checkpoint global_step_$QC_NOW_STEP is complete; stopping the trainer"
-          qc_stop "$QC_PID_trainer" trainer 30
+      wait "$QC_PID_trainer" 2>/dev/null
+      QC_TRAINER_RC=$?
+      QC_STATUS=server_failed
+      QC_END_MESSAGE=$QC_HEALTH_ERROR
+      break
+    fi
+    if [[ $QC_STOP_REQUESTED == 1 && $QC_STOP_HANDLED == 0 ]]; then
+      QC_STOP_HANDLED=1
+      QC_STOP_DEADLINE=$((SECONDS + QC_STOP_GRACE))
+      if [[ $QC_STOP_MODE == signal ]]; then
+        qc_log "SIGUSR1: asking the trainer to save and exit (at most ${QC_STOP_GRACE}s)"
+        kill -USR1 "$QC_PID_trainer" 2>/dev/null
+      else
+        QC_STOP_BASE=$(qc_last_step)
+        qc_log "SIGUSR1: stopping the trainer after its next checkpoint (now at step $QC_STOP_BASE; at most ${QC_STOP_GRACE}s)"
+      fi
+    fi
+    if [[ $QC_STOP_HANDLED == 1 ]]; then
+      if ((SECONDS >= QC_STOP_DEADLINE)); then
+        qc_log "no checkpoint within ${QC_STOP_GRACE}s of SIGUSR1; stopping the trainer now (steps since the last checkpoint are lost)"
+        qc_stop "$QC_PID_trainer" trainer 30
+      elif [[ $QC_STOP_MODE == checkpoint ]]; then
+        QC_NOW_STEP=$(qc_last_step)
+        if ((QC_NOW_STEP > QC_STOP_BASE)); then
+          # EasyR1 logs a step's metrics right after saving its checkpoint: give it that moment.
+          ((QC_LOG_WAIT_UNTIL == 0)) && QC_LOG_WAIT_UNTIL=$((SECONDS + ${QUOTECITE_LOG_WAIT:-120}))
+          if (($(qc_logged_step) >= QC_NOW_STEP || SECONDS >= QC_LOG_WAIT_UNTIL)); then
+            qc_log "checkpoint global_step_$QC_NOW_STEP is complete; stopping the trainer"
+            qc_stop "$QC_PID_trainer" trainer 30
+          fi
         fi
       fi
     fi
+  done
+  if [[ -z $QC_STATUS ]]; then
+    wait "$QC_PID_trainer" 2>/dev/null
+    QC_TRAINER_RC=$?
+    if [[ $QC_STOP_HANDLED == 1 ]]; then
+      QC_STATUS=stopped
+    elif [[ $QC_TRAINER_RC == 0 ]]; then
+      QC_STATUS=finished
+    else
+      QC_STATUS=crashed
+    fi
+    qc_log "trainer ended (exit $QC_TRAINER_RC, $QC_STATUS)"
   fi
+  qc_stop_servers
+  if [[ $QC_STATUS == crashed ]]; then
+    eval "$("$QC_PY" -m launch.runlog outage --segment-dir "$QC_SEGMENT_DIR")"
+    if [[ $QC_OUTAGE == 1 ]]; then
+      QC_END_MESSAGE="stopped on a server outage: $QC_OUTAGE_MESSAGE"
+      if ((QC_RESTARTS < QC_MAX_RESTARTS)); then
+        QC_RESTARTS=$((QC_RESTARTS + 1))
+        qc_log "the trainer $QC_END_MESSAGE; restarting the judge and embedding servers and the trainer from the last complete checkpoint ($QC_RESTARTS of at most $QC_MAX_RESTARTS in this job)"
+        qc_finish outage "$QC_TRAINER_RC" "$QC_END_MESSAGE"
+        qc_prepare
+        if [[ $QC_ACTION == run ]]; then
+          qc_count_restart trainer "$QC_OUTAGE_MESSAGE"
+          qc_log "segment $QC_SEGMENT: $QC_MESSAGE"
+          continue
+        fi
+        qc_log "not restarting: $QC_MESSAGE"
+        [[ $QC_ACTION == done ]] && exit 0
+        exit "$QC_EXIT"
+      fi
+      qc_log "the trainer $QC_END_MESSAGE; $QC_MAX_RESTARTS restarts in this job already (QUOTECITE_MAX_RESTARTS)"
+    fi
+  fi
+  break
 done
-if [[ -z $QC_STATUS ]]; then
-  wait "$QC_PID_trainer" 2>/dev/null
-  QC_TRAINER_RC=$?
-  if [[ $QC_STOP_HANDLED == 1 ]]; then
-    QC_STATUS=stopped
-  elif [[ $QC_TRAINER_RC == 0 ]]; then
-    QC_STATUS=finished
-  else
-    QC_STATUS=crashed
-  fi
-  qc_log "trainer ended (exit $QC_TRAINER_RC, $QC_STATUS)"
-fi
 trap '' USR1
-qc_stop_servers
-qc_finish "$QC_STATUS" "$QC_TRAINER_RC" ""
+qc_finish "$QC_STATUS" "$QC_TRAINER_RC" "$QC_END_MESSAGE"
 [[ -n $QC_MISSING_STEPS ]] && qc_log "warning: no metrics for steps $QC_MISSING_STEPS (see run_summary.json)"
 qc_log "run log: $QC_LOGGED_STEPS steps; last complete checkpoint: step $QC_END_STEP of $QC_MAX_STEPS"
 

@@ -41,6 +41,16 @@ killed in between keeps the checkpoint and never logs the step, and no rerun rep
 in ``run_summary.json`` (``missing``) and the job log warns; the launch's own stop (after SIGUSR1) waits for the
 step's line before it stops the trainer, so only a hard kill in that moment can cause it.
 
+Outages and restarts: a trainer that stops because the reward gave up on a judge/embedder outage (the reward's
+``server_outage.json`` in its segment) ends that segment as ``outage``; the launch restarts both servers and the
+trainer in a new segment of the same job, which resumes like any other (``python -m launch.runlog outage``,
+``restart``). ``manifest.json`` counts every restart (``restarts``: ``judge``, ``embed``, ``trainer``), overall and
+per job; each segment keeps its own in ``extra.restarts``.
+
+The training batch: each step's ``train_batch`` comes from the reward's ``reward_batches.jsonl`` (see
+:func:`merge_run_log`), the reward of the responses that trained. ``python -m launch.runlog plot RUN_DIR`` draws
+the curves (:mod:`launch.plot`).
+
 Only the standard library is imported at module level (PyYAML only to read a recipe), so any Python 3.11 runs it.
 """
 
@@ -73,6 +83,14 @@ LOGGED_FILES = ("experiment_log.jsonl", "generations.log")
 """Files EasyR1's ``file`` logger truncates at every start; each job segment gets its own copy."""
 REWARD_COUNTERS = "reward_counters.jsonl"
 """Per-segment file the reward may append counters to (env ``QUOTECITE_METRICS_DIR`` names the folder)."""
+REWARD_BATCHES = "reward_batches.jsonl"
+"""Per-segment file of the reward's training-batch records (``reward.pipeline.TrainBatchTracker``): the n-th
+record of a segment is the batch of step ``resume_step + n``."""
+SERVER_OUTAGE = "server_outage.json"
+"""Written into the segment by the reward when a judge/embedder outage outlasted ``judge_outage_s``."""
+RESTART_KINDS = ("judge", "embed", "trainer")
+"""What the launch restarts within a job: a server process that died, or the trainer (with both servers) after
+it stopped on a server outage."""
 INCOMPLETE_DIR = "incomplete"
 
 
@@ -275,7 +293,8 @@ class Segment:
     resume_step: int
     """Step of the checkpoint this segment resumed from (0: from the start)."""
     status: str = "running"
-    """running | stopped (warning signal) | finished | crashed | terminated | died | server_failed | check_failed."""
+    """running | stopped (warning signal) | finished | crashed | terminated | died | server_failed | check_failed |
+    outage (the trainer stopped on a judge/embedder outage; the launch restarted it in a new segment)."""
     ended_at: str | None = None
     end_step: int | None = None
     """Last complete checkpoint when the segment ended."""
@@ -374,6 +393,8 @@ def decide_at_end(segments: list[Segment], max_steps: int, max_stalled: int) -> 
     end = seg.end_step or 0
     if seg.status in ("server_failed", "check_failed"):  # misconfiguration: a rerun would fail the same way
         return Decision("stop", f"not resubmitting: {seg.message}", 1)
+    if seg.status == "outage" and end < max_steps:
+        return Decision("restart", f"server outage at step {end}: restarting the servers and the trainer", 0)
     if seg.status == "terminated":
         return Decision(
             "none",
@@ -441,7 +462,13 @@ def _read_jsonl(path: Path) -> tuple[list[dict], int]:
 
 def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
     """Merge every segment's ``experiment_log.jsonl`` (and step-keyed ``reward_counters.jsonl`` lines) into
-    ``run_log.jsonl``: one record per step with a ``segment`` field; write ``run_summary.json``. Atomic."""
+    ``run_log.jsonl``: one record per step with a ``segment`` field; write ``run_summary.json``. Atomic.
+
+    The reward's training-batch records (``reward_batches.jsonl``) become each step's ``train_batch``: the reward
+    and its parts over the responses that trained (``train_batch.reward``), the groups kept and dropped by the
+    online filter, the filter attempts (``calls``), the kept qids and the reward's counters of those calls. EasyR1's
+    own ``reward/*`` keys average every response generated across the attempts, kept or not; ``train_batch`` is
+    the reward that produced the gradient."""
     records: dict[int, dict] = {}
     owners: dict[int, str] = {}
     superseded: dict[str, list[int]] = {}
@@ -464,6 +491,14 @@ def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
                 records[step] = deep_merge(records[step], row)
             else:
                 records[step], owners[step] = dict(row), seg.name
+        b_rows, b_torn = _read_jsonl(seg_dir / REWARD_BATCHES)
+        if b_torn:
+            torn[seg.name] = torn.get(seg.name, 0) + b_torn
+        for row in b_rows:
+            n = row.get("batch")
+            step = seg.resume_step + n if isinstance(n, int) and n >= 1 else None
+            if step is not None and owners.get(step) == seg.name:
+                records[step]["train_batch"] = {k: v for k, v in row.items() if k not in ("batch", "time")}
         for row in c_rows:
             step = row.get("step")
             body = {k: v for k, v in row.items() if k != "step"}
@@ -563,6 +598,41 @@ def plan_max_steps(recipe: dict, overrides: dict[str, str], env_max_steps: str, 
     return rows // bs * epochs, f"{rows} rows // rollout_batch_size {bs} * total_epochs {epochs}"
 
 
+def absolute_path_overrides(recipe: dict, overrides: dict[str, str], repo: Path) -> dict[str, str]:
+    """The trainer overrides that pin the recipe's relative paths and tell the reward its batch shape.
+
+    ``data.format_prompt`` and ``worker.reward.reward_function`` as absolute paths (a relative one is resolved from
+    ``repo``, where the recipe says they are relative to): EasyR1 resolves them from its working directory and,
+    when nothing is there, prints "not found" and trains without our prompt (or, for the reward, fails late).
+    With our reward plugin, also ``worker.reward.reward_function_kwargs.batch_groups`` (``data.rollout_batch_size``)
+    and ``keep_band`` (``[filter_low, filter_high]`` under online filtering, else null), so the reward can tell which
+    groups trained (``reward.pipeline.TrainBatchTracker``). Keys ``batch_groups``/``keep_band`` hold full
+    ``key=value`` strings like the paths; a value the user already overrides is kept as given."""
+    out: dict[str, str] = {}
+    for key in ("data.format_prompt", "worker.reward.reward_function"):
+        value = recipe_value(recipe, overrides, key)
+        if not isinstance(value, str) or not value or "${" in value:
+            continue
+        path, sep, name = (
+            value.rpartition(":") if key.endswith("reward_function") and ":" in value else (value, "", "")
+        )
+        p = Path(path).expanduser()
+        out[key] = f"{key}={(p if p.is_absolute() else repo / p).resolve()}{sep}{name}"
+    fn = str(recipe_value(recipe, overrides, "worker.reward.reward_function", "") or "")
+    if Path(fn.rpartition(":")[0] if ":" in fn else fn).name == "quote_reward.py":
+        kw = "worker.reward.reward_function_kwargs"
+        if f"{kw}.batch_groups" not in overrides:
+            groups = recipe_value(recipe, overrides, "data.rollout_batch_size")
+            if groups not in (None, ""):
+                out["batch_groups"] = f"{kw}.batch_groups={int(groups)}"
+        if f"{kw}.keep_band" not in overrides:
+            on = str(recipe_value(recipe, overrides, "algorithm.online_filtering", False)).lower() in ("true", "1")
+            low = recipe_value(recipe, overrides, "algorithm.filter_low", 0.01)
+            high = recipe_value(recipe, overrides, "algorithm.filter_high", 0.99)
+            out["keep_band"] = f"{kw}.keep_band=" + (f"[{float(low)},{float(high)}]" if on else "null")
+    return out
+
+
 def check_recipe(recipe: dict, overrides: dict[str, str]) -> list[str]:
     """Settings that would break chaining; each is a one-line error."""
     errors = []
@@ -647,8 +717,13 @@ def cmd_plan(a: argparse.Namespace) -> int:
         logger = [x.strip() for x in logger.strip("[]").split(",") if x.strip()]
     logger_override = "" if "file" in logger else "trainer.logger=[" + ",".join([*logger, "file"]) + "]"
     lora_rank = int(recipe_value(recipe, overrides, "worker.actor.model.lora.rank", 0) or 0)
+    paths = absolute_path_overrides(recipe, overrides, Path(a.repo).resolve())
     print(
         shell_vars(
+            QC_FORMAT_PROMPT_OVERRIDE=paths.get("data.format_prompt", ""),
+            QC_REWARD_FN_OVERRIDE=paths.get("worker.reward.reward_function", ""),
+            QC_BATCH_GROUPS_OVERRIDE=paths.get("batch_groups", ""),
+            QC_KEEP_BAND_OVERRIDE=paths.get("keep_band", ""),
             QC_MAX_STEPS=max_steps,
             QC_MAX_STEPS_FROM=how,
             QC_LOGGER_OVERRIDE=logger_override,
@@ -762,6 +837,62 @@ def cmd_merge(a: argparse.Namespace) -> int:
     return 0
 
 
+def record_restart(run_dir: Path, segment: str, what: str, reason: str = "") -> dict[str, int]:
+    """Count one restart of ``what`` (:data:`RESTART_KINDS`) in the segment (``extra.restarts``) and in the run's
+    ``manifest.json`` (``restarts``: totals over the run; the job's entry gets its own); returns the run totals."""
+    if what not in RESTART_KINDS:
+        raise RunError(f"unknown restart kind {what!r} (known: {', '.join(RESTART_KINDS)})")
+    with run_lock(run_dir):
+        seg = next((s for s in load_segments(run_dir) if s.name == segment), None)
+        if seg is None:
+            raise RunError(f"{run_dir}: no segment {segment!r}")
+        counts = seg.extra.setdefault("restarts", {})
+        counts[what] = counts.get(what, 0) + 1
+        seg.extra.setdefault("restart_log", []).append({"what": what, "at": now_iso(), "reason": reason})
+        save_segment(run_dir, seg)
+        path = run_dir / "manifest.json"
+        man = read_json(path) if path.exists() else {"jobs": []}
+        totals = man.setdefault("restarts", {})
+        totals[what] = totals.get(what, 0) + 1
+        jobs = man.get("jobs", [])
+        for job in [j for j in jobs if j.get("segment") == segment] or [
+            j for j in jobs if j.get("job_id") == seg.job_id
+        ]:
+            job.setdefault("restarts", {})
+            job["restarts"][what] = job["restarts"].get(what, 0) + 1
+            break
+        atomic_write_json(path, man)
+    return dict(totals)
+
+
+def cmd_restart(a: argparse.Namespace) -> int:
+    totals = record_restart(Path(a.run_dir).resolve(), a.segment, a.what, a.reason)
+    print(shell_vars(QC_RUN_RESTARTS=",".join(f"{k}={v}" for k, v in sorted(totals.items()))), end="")
+    return 0
+
+
+def cmd_outage(a: argparse.Namespace) -> int:
+    """``QC_OUTAGE=1`` and ``QC_OUTAGE_MESSAGE`` when the segment's reward stopped on a server outage, else 0."""
+    path = Path(a.segment_dir) / SERVER_OUTAGE
+    try:
+        info = read_json(path)
+        message = str(info.get("message") or info)
+    except (OSError, ValueError):
+        print(shell_vars(QC_OUTAGE=0, QC_OUTAGE_MESSAGE=""), end="")
+        return 0
+    print(shell_vars(QC_OUTAGE=1, QC_OUTAGE_MESSAGE=" ".join(message.split())), end="")
+    return 0
+
+
+def cmd_plot(a: argparse.Namespace) -> int:
+    from launch.plot import write_curves
+
+    run_dir = Path(a.run_dir)
+    out = write_curves(run_dir / "run_log.jsonl", Path(a.out) if a.out else run_dir / "curves.html")
+    print(f"training curves: {out}")
+    return 0
+
+
 def cmd_last_step(a: argparse.Namespace) -> int:
     """The tracker's step (what EasyR1 last committed), 0 when none: cheap, for polling during a stop."""
     info, _ = read_tracker(Path(a.run_dir) / "checkpoints")
@@ -784,6 +915,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recipe", required=True)
     p.add_argument("--max-steps", default="", help="QUOTECITE_MAX_STEPS (empty: from the recipe or the data)")
     p.add_argument("--train-files", default="")
+    p.add_argument("--repo", default=".", help="repository root: the recipe's relative paths start here")
     p.add_argument("overrides", nargs="*", help="the trainer's key=value overrides")
     p.set_defaults(fn=cmd_plan)
 
@@ -808,11 +940,24 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument(
                 "--status",
                 required=True,
-                choices=["stopped", "finished", "crashed", "terminated", "server_failed", "check_failed"],
+                choices=["stopped", "finished", "crashed", "terminated", "server_failed", "check_failed", "outage"],
             )
             p.add_argument("--trainer-exit", type=lambda v: int(v) if v else None, default=None)
             p.add_argument("--message", default="")
 
+    p = sub.add_parser("restart", help="count a restart (judge, embed, trainer) in the segment and the manifest")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--segment", required=True)
+    p.add_argument("--what", required=True, choices=RESTART_KINDS)
+    p.add_argument("--reason", default="")
+    p.set_defaults(fn=cmd_restart)
+    p = sub.add_parser("outage", help="the reward's outage report of a segment, as shell variables")
+    p.add_argument("--segment-dir", required=True)
+    p.set_defaults(fn=cmd_outage)
+    p = sub.add_parser("plot", help="training curves of RUN_DIR/run_log.jsonl as one HTML page")
+    p.add_argument("run_dir")
+    p.add_argument("--out", default=None, help="output HTML (default RUN_DIR/curves.html)")
+    p.set_defaults(fn=cmd_plot)
     p = sub.add_parser("merge", help="rebuild run_log.jsonl and run_summary.json")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--max-steps", type=int, default=None)

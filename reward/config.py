@@ -11,14 +11,18 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 import types
 import typing
 from dataclasses import dataclass, field
 
 from data_prep.types import InputError
+from reward.response import DEFAULT_MAX_QUOTES
 
 DEFAULT_JUDGE_MODEL = "Qwen/Qwen3.5-9B"
+CANDIDATES: tuple[str, ...] = ("document", "window")
+"""Values of the ``candidates`` setting."""
 
 
 def _env(name: str, default: str | None = None):
@@ -38,7 +42,9 @@ class RewardConfig:
     judge: str = "http"
     """Judge: ``http`` (a VLM behind an OpenAI-compatible API; the training default) or ``lexical`` (offline)."""
     judge_url: str | None = field(default_factory=_env("QUOTECITE_JUDGE_URL"))
-    """Base URL of the judge's OpenAI-compatible API, e.g. ``http://host:8000/v1`` (env ``QUOTECITE_JUDGE_URL``)."""
+    """Base URL of the judge's OpenAI-compatible API, e.g. ``http://host:8000/v1`` (env ``QUOTECITE_JUDGE_URL``).
+    Several (comma-separated, or a list) are replicas of one judge: requests go to the least busy one and a
+    replica that stops answering is skipped until it answers again (:mod:`reward.replicas`)."""
     judge_model: str = field(default_factory=_env("QUOTECITE_JUDGE_MODEL", DEFAULT_JUDGE_MODEL))
     """Model name the judge server serves (env ``QUOTECITE_JUDGE_MODEL``, else Qwen/Qwen3.5-9B)."""
     concurrency: int = 32
@@ -49,6 +55,17 @@ class RewardConfig:
     """Extra attempts of a judge call after a timeout, connection error, 5xx, 408 or 429."""
     backoff_s: float = 1.0
     """Base of the judge's exponential backoff with full jitter, seconds."""
+    judge_outage_s: float = 600.0
+    """How long one reward call waits out an outage of the judge or the HTTP quote embedder (probing their
+    ``/health`` with backoff, then scoring for real) before it raises :class:`reward.judge.ServerOutageError`
+    (:mod:`reward.judge` defines what counts as an outage). 0: raise at the first outage."""
+    batch_groups: int | None = None
+    """Groups (prompts) per training batch, EasyR1's ``data.rollout_batch_size`` (the launch passes it). With it,
+    each call appends per-group records to ``$QUOTECITE_METRICS_DIR`` and the reward tells which groups trained
+    (:func:`reward.pipeline.TrainBatchTracker`); None: no such records."""
+    keep_band: list | None = None
+    """``[filter_low, filter_high]`` of EasyR1's online filter when it is on (the launch passes it): a group
+    trains when its ``keep`` lies strictly inside. None: online filtering is off and every group of a call trains."""
     judge_max_tokens: int = 1024
     """Token limit of a judge reply (room for a short reasoning before the score object)."""
     judge_temperature: float = 0.0
@@ -61,18 +78,30 @@ class RewardConfig:
     """Cited blocks shown to the judge per response (the first ones, in quote order)."""
     crop_dpi: float = 150.0
     """Resolution of the crops sent to the judge, dots per inch."""
-    max_quotes: int = 8
-    """Quotes kept per response after de-duplication; the rest are ignored."""
+    max_quotes: int = DEFAULT_MAX_QUOTES
+    """Safety bound on the quotes kept per response (:data:`reward.response.DEFAULT_MAX_QUOTES`; the paper has no
+    cap): quotes beyond it are left out, counted (``quotes_over_bound``) and logged as a warning. Earlier: 8."""
+    dedupe_quotes: bool = False
+    """Drop exact repeats of a quote before resolving (the earlier rule). Default False, as in the paper: repeated
+    quotes are separate quotes, and the one-to-one assignment gives them distinct blocks."""
+    candidates: str = "document"
+    """Blocks a quote may resolve to: ``document`` (every block of the document, the paper's Section 3.2: the
+    evidence pages only place the rendered window) or ``window`` (only the pages the policy saw, the earlier rule)."""
     reward_form: str = "gated"
-    """Reward formula (:data:`reward.scoring.REWARD_FORMS`): ``gated``, ``additive``, ``answer_only``."""
+    """Reward formula (:data:`reward.scoring.REWARD_FORMS`): ``gated``, ``hard_gate``, ``precision``, ``additive``,
+    ``answer_only``."""
     weights: dict | None = None
     """Weights of the reward form (``additive``: ``{"answer": .5, "evidence": .5}``); None = its defaults."""
     abstain_threshold: float | None = None
     """Drop citations whose similarity is below this (resolver units); None keeps every citation."""
     resolver: str = "embedding"
-    """Quote -> block resolver: ``embedding`` (the paper's), ``lexical`` or ``bm25``."""
+    """Quote -> block resolver (:mod:`reward.resolve`): ``embedding`` (the paper's), ``lexical``, ``bm25`` (Okapi),
+    ``bm25_lucene`` or ``fused`` (quote + question/answer rank fusion)."""
     doc_cache_size: int = 64
     """Documents kept loaded between calls (least recently used are dropped)."""
+    lat: dict | None = None
+    """``reward_form: lat`` only: overrides of :class:`reward.lat.LatSettings` (``tau``, ``overlap_iou``,
+    ``epsilon``, ``ground_iou``, ``min_steps``, ``crop_dpi``, ``max_steps``); None = LAT's values."""
 
     def __post_init__(self) -> None:
         from reward.judge import JUDGES
@@ -99,12 +128,25 @@ class RewardConfig:
             (self.max_crops >= 0, "max_crops must be >= 0"),
             (self.crop_dpi > 0, "crop_dpi must be > 0"),
             (self.max_quotes >= 1, "max_quotes must be >= 1"),
+            (self.candidates in CANDIDATES, f"candidates must be one of {', '.join(CANDIDATES)}"),
             (self.doc_cache_size >= 1, "doc_cache_size must be >= 1"),
             (self.judge_max_tokens >= 1, "judge_max_tokens must be >= 1"),
+            (
+                self.abstain_threshold is None or math.isfinite(self.abstain_threshold),
+                "abstain_threshold must be a finite number (or None)",
+            ),  # fmt: skip
+            (math.isfinite(self.timeout_s), "timeout_s must be finite"),
+            (self.judge_outage_s >= 0, "judge_outage_s must be >= 0"),
+            (self.batch_groups is None or self.batch_groups >= 1, "batch_groups must be >= 1"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise InputError(f"reward setting {msg}")
+        if self.keep_band is not None:
+            band = self.keep_band
+            if not (isinstance(band, list | tuple) and len(band) == 2 and all(_is_number(x) for x in band)):
+                raise InputError(f"reward setting keep_band: expected [filter_low, filter_high], got {band!r}")
+            self.keep_band = [float(band[0]), float(band[1])]
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> RewardConfig:
@@ -122,6 +164,10 @@ class RewardConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 def _json_setting(name: str, value: str):
@@ -149,10 +195,20 @@ def _coerce(name: str, value, hint):
             if isinstance(value, bool):
                 raise ValueError(value)
             return float(value)
+        if base is bool:
+            if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
+                return value.strip().lower() in ("true", "1", "yes")
+            if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+                return bool(value)
+            raise ValueError(value)
         if base is str:
+            if isinstance(value, list | tuple) and name.endswith("_url"):
+                return ",".join(str(v) for v in value)  # several servers: replicas (reward.replicas)
             return str(value)
         if base is dict:
             return _json_setting(name, value) if isinstance(value, str) else dict(value)
+        if base is list:
+            return _json_setting(name, value) if isinstance(value, str) else list(value)
     except InputError:
         raise
     except (TypeError, ValueError):

@@ -1,7 +1,7 @@
 """Judges: question + gold answer + model answer + crops of the cited blocks -> three integers 0..5.
 
 ``answer`` (correctness against the gold answer), ``relevance`` (of the cited crops to the question and the gold
-answer) and ``coverage`` (do the crops together hold what is needed to derive the gold answer). SPEC step 5.
+answer) and ``coverage`` (do the crops together hold what is needed to derive the gold answer). docs/METHOD.md step 5.
 
 * ``http`` (:class:`HttpJudge`, the training default): a VLM behind an OpenAI-compatible chat API (vLLM serving
   Qwen3.5-9B on the cluster). One request per response with the crops as base64 PNG ``image_url`` parts; the quote
@@ -12,9 +12,23 @@ answer) and ``coverage`` (do the crops together hold what is needed to derive th
   (the server asking us to slow down) are retried with exponential backoff and full jitter; other 4xx are not
   (the request itself is wrong). Identical requests of a batch (same question, gold, answer and crops: common in
   a GRPO group) are sent once. A request that still fails, or whose reply has no valid score object, gives None.
+  A reply is read up to :data:`MAX_REPLY_BYTES` (a score object is a few hundred bytes; a server streaming
+  megabytes is broken): beyond that it is a ``bad_response`` and the rest is never read.
+  With ``outage_s`` set, an *outage* pauses the batch instead (:meth:`HttpJudge.ascore_batch`): see below.
 * ``lexical`` (:class:`LexicalJudge`): model-free and offline, for tests, the demo and runs without a GPU. It is
   a real but weaker judge: it reads the blocks' *text* (``evidence_texts``), not the crops, and measures token
   overlap, so it cannot judge paraphrase, arithmetic or figures. Never the training default.
+
+Outage or bad response (the rule the reward and ``eval score`` share). After its retries, a request that failed
+with a transport kind (:data:`OUTAGE_FAILURES`: timeout, refused or dropped connection, HTTP 5xx, 408/429) is an
+*outage* failure; any other failure (a 4xx, a reply without a valid score object) is a bad response. A batch is in
+an outage when it has outage failures and either no request of it got a score ("every call failing") or the
+server's ``/health`` (the base URL without ``/v1``) does not answer 200 (the server is down, whatever the others
+got). Then the judge probes ``/health`` with exponential backoff (1 s doubling to 30 s) and, once it answers,
+sends the outage-failed requests again; this repeats for at most ``outage_s`` seconds from the first outage of the
+batch (a round already sent may finish past that), after which :class:`ServerOutageError` names the URL and the
+time waited. Outage failures in a batch where other requests got scores and ``/health`` answers are single bad
+calls: those responses stay unscorable. ``outage_s=None`` keeps the old behaviour (never wait, never raise).
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ import base64
 import concurrent.futures
 import hashlib
 import io
+import json
 import logging
 import math
 import random
@@ -37,13 +52,15 @@ from pathlib import Path
 from data_prep.registry import Registry
 from data_prep.text import tokenize
 from data_prep.types import InputError
+from recipes import prompt_path
+from reward.replicas import ReplicaSet, parse_urls
 from reward.response import iter_json_objects, strip_reasoning
 
 log = logging.getLogger("reward")
 
 SCORE_KEYS: tuple[str, ...] = ("answer", "relevance", "coverage")
 SCORE_MAX = 5
-DEFAULT_PROMPT = Path(__file__).resolve().parents[1] / "recipes" / "prompts" / "judge.txt"
+DEFAULT_PROMPT = prompt_path("judge.txt")
 """The judge prompt: a ``=== system ===`` section and a ``=== user ===`` template with ``{{name}}`` fields."""
 
 FAILURE_KINDS: tuple[str, ...] = (
@@ -51,6 +68,80 @@ FAILURE_KINDS: tuple[str, ...] = (
 )  # fmt: skip
 """Why a judge request gave no score (counted in :class:`JudgeStats`). ``overloaded`` is HTTP 408/429 (retried);
 ``http_4xx`` any other 4xx (not retried: the request itself is wrong)."""
+
+OUTAGE_FAILURES: frozenset[str] = frozenset({"timeout", "connection", "http_5xx", "overloaded"})
+"""Failure kinds that say the server is down, restarting or overloaded (retried, and waited out when they fail a
+whole batch: see the module docstring)."""
+
+HEALTH_BACKOFF_S: tuple[float, float] = (1.0, 30.0)
+"""First and largest pause between two ``/health`` probes during an outage, seconds."""
+
+
+class ServerOutageError(InputError):
+    """A judge or embedding server stayed down past the outage budget (``judge_outage_s``). One line naming the
+    server, its URL and the time waited; the training launch restarts the servers and resumes when the trainer
+    stops with it (``launch/grpo_8b.sh``)."""
+
+    def __init__(self, what: str, url: str, waited_s: float, budget_s: float, detail: str = "") -> None:
+        self.what, self.url, self.waited_s, self.budget_s = what, url, float(waited_s), float(budget_s)
+        msg = (
+            f"{what} at {url} is down: no answer for {waited_s:.0f} s (outage budget judge_outage_s={budget_s:g})"
+            + (f"; last: {' '.join(detail.split())[:200]}" if detail else "")
+        )
+        super().__init__(msg)
+
+    def to_dict(self) -> dict:
+        return {"what": self.what, "url": self.url, "waited_s": round(self.waited_s, 1), "budget_s": self.budget_s,
+                "message": str(self)}  # fmt: skip
+
+
+def health_url(base_url: str) -> str:
+    """vLLM's liveness URL for an API base URL: ``http://h:8000/v1`` -> ``http://h:8000/health``.
+
+    >>> health_url("http://127.0.0.1:8000/v1/")
+    'http://127.0.0.1:8000/health'
+    """
+    base = base_url.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    return base + "/health"
+
+
+def probe_health(url: str, timeout_s: float = 5.0) -> str:
+    """``""`` when ``url`` answers HTTP 200 within ``timeout_s``, else why not (one line)."""
+    import httpx
+
+    try:
+        r = httpx.get(url, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return "" if r.status_code == 200 else f"HTTP {r.status_code}"
+
+
+def wait_for_health(
+    url: str, deadline: float, started: float, what: str, budget_s: float, server_url: str | None = None
+) -> float:
+    """Probe ``url`` with exponential backoff until it answers 200; returns the seconds slept. Raises
+    :class:`ServerOutageError` naming ``server_url`` (default ``url``; time counted from ``started``,
+    ``time.monotonic()``) once ``deadline`` passes."""
+    pause, cap = HEALTH_BACKOFF_S
+    slept = 0.0
+    while True:
+        why = probe_health(url)
+        if not why:
+            return slept
+        now = time.monotonic()
+        if now >= deadline:
+            raise ServerOutageError(what, server_url or url, now - started, budget_s, f"{url}: {why}")
+        log.warning("%s at %s is down (%s); waiting (%.0f s of %g s)", what, url, why, now - started, budget_s)
+        step = min(pause, max(deadline - now, 0.05))
+        time.sleep(step)
+        slept += step
+        pause = min(cap, pause * 2)
+
+
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+"""Largest judge reply read, bytes (a chat completion with ``max_tokens`` 1024 is a few kilobytes)."""
 
 CONFIG_FAILURES: frozenset[str] = frozenset({"http_4xx", "bad_response", "error"})
 """Failure kinds that say the judge is set up wrong (wrong model name or path, a body the server rejects, a server
@@ -60,11 +151,14 @@ when every distinct request of a batch failed with one of these (:meth:`reward.p
 
 @dataclass(frozen=True)
 class JudgeScores:
-    """Integers in 0..5: answer correctness, evidence relevance, evidence coverage."""
+    """Integers in 0..5: answer correctness, evidence relevance, evidence coverage; and, when the judge's reply
+    has one, its per-crop relevance list (``crop_relevance``: 1 = relevant, 0 = not, one per crop in order; read
+    by the ``precision`` reward form; None when the reply has no valid list)."""
 
     answer: int
     relevance: int
     coverage: int
+    crop_relevance: tuple[int, ...] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -118,9 +212,14 @@ class JudgeStats:
     """Failed calls that were retried, by kind."""
     wall_s: float = 0.0
     """Wall-clock seconds of the batch."""
+    outages: int = 0
+    """Outages waited out (rounds of re-sending after ``/health`` answered again)."""
+    outage_wait_s: float = 0.0
+    """Seconds spent waiting for ``/health`` during outages."""
 
     def add(self, other: JudgeStats) -> None:
-        for name in ("requests", "sent", "deduplicated", "attempts", "retries", "ok", "wall_s"):
+        for name in ("requests", "sent", "deduplicated", "attempts", "retries", "ok", "wall_s", "outages",
+                     "outage_wait_s"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.failures.update(other.failures)
         self.retry_reasons.update(other.retry_reasons)
@@ -130,6 +229,8 @@ class JudgeStats:
         d["failures"] = dict(self.failures)
         d["retry_reasons"] = dict(self.retry_reasons)
         d["wall_s"] = round(self.wall_s, 3)
+        d["outages"] = self.outages
+        d["outage_wait_s"] = round(self.outage_wait_s, 3)
         return d
 
 
@@ -162,8 +263,31 @@ def parse_judge_output(text: str) -> JudgeScores | None:
             values = [_score_value(obj.get(k)) for k in SCORE_KEYS]
             if any(v is None for v in values):
                 return None
-            return JudgeScores(*values)
+            return JudgeScores(*values, crop_relevance=parse_crop_relevance(obj.get(CROP_RELEVANCE_KEY)))
     return None
+
+
+CROP_RELEVANCE_KEY = "crop_relevance"
+"""Optional key of the judge's reply: one 0/1 per crop, in order (the ``precision`` reward form reads it)."""
+
+
+def parse_crop_relevance(value) -> tuple[int, ...] | None:
+    """The judge's per-crop relevance list as a tuple of 0/1 (``true``/``false`` and ``1.0`` accepted); None when
+    absent or not such a list (the three scores still count: a reply without the list is the older format).
+
+    >>> parse_crop_relevance([1, 0, True]), parse_crop_relevance([1, 2]), parse_crop_relevance(None)
+    ((1, 0, 1), None, None)
+    """
+    if not isinstance(value, list):
+        return None
+    out = []
+    for v in value:
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if not isinstance(v, int) or v not in (0, 1):
+            return None
+        out.append(int(v))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------- prompt
@@ -239,7 +363,8 @@ class HttpJudge:
     """Async client for an OpenAI-compatible chat server.
 
     Args:
-        base_url: API root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended).
+        base_url: API root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended); several
+            (comma-separated or a list) are replicas of one judge (:mod:`reward.replicas`).
         model: served model name.
         concurrency: requests in flight at once.
         timeout_s: deadline of one HTTP call (connect to last byte), seconds.
@@ -254,6 +379,8 @@ class HttpJudge:
             for vLLM).
         api_key: sent as a bearer token when set (vLLM needs none).
         seed: seed of the jitter.
+        outage_s: how long a batch waits out an outage (module docstring) before raising
+            :class:`ServerOutageError`; None: never wait (outage failures are unscorable like any other).
     """
 
     needs_crops = True
@@ -261,7 +388,7 @@ class HttpJudge:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         concurrency: int = 32,
@@ -275,17 +402,22 @@ class HttpJudge:
         extra_body: dict | None = None,
         api_key: str | None = None,
         seed: int | None = None,
+        outage_s: float | None = None,
     ) -> None:
-        if not base_url:
+        urls = parse_urls(base_url, "http judge")
+        if not urls:
             raise InputError("http judge: no base URL (set judge_url or QUOTECITE_JUDGE_URL)")
-        if not base_url.startswith(("http://", "https://")):
-            raise InputError(f"http judge: base URL {base_url!r} must start with http:// or https://")
+        for u in urls:
+            if not u.startswith(("http://", "https://")):
+                raise InputError(f"http judge: base URL {u!r} must start with http:// or https://")
         if concurrency < 1 or timeout_s <= 0 or retries < 0:
             raise InputError(
                 f"http judge: need concurrency >= 1, timeout_s > 0, retries >= 0 "
                 f"(got {concurrency}, {timeout_s}, {retries})"
             )
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.replicas = ReplicaSet(urls, what="judge")
+        """The servers (one, or replicas of one judge); :meth:`ReplicaSet.stats` counts calls per server."""
+        self.url = self.replicas.label
         self.model = model
         self.concurrency = int(concurrency)
         self.timeout_s = float(timeout_s)
@@ -297,6 +429,10 @@ class HttpJudge:
         self.prompt = JudgePrompt(prompt_path or DEFAULT_PROMPT)
         self.extra_body = dict(extra_body or {})
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        if outage_s is not None and outage_s < 0:
+            raise InputError(f"http judge: outage_s must be >= 0 (got {outage_s})")
+        self.outage_s = None if outage_s is None else float(outage_s)
+        self.health_url = health_url(urls[0])
         self._rng = random.Random(seed)
         self.stats = JudgeStats()
         """Counts of the last :meth:`score_batch` call."""
@@ -304,6 +440,8 @@ class HttpJudge:
         """Counts accumulated over every call."""
         self.failure_examples: dict[str, str] = {}
         """One example message per final failure kind of the last :meth:`score_batch` call (for error reports)."""
+        self.max_reply_bytes = MAX_REPLY_BYTES
+        """Largest reply read (:data:`MAX_REPLY_BYTES`)."""
 
     def body(self, request: JudgeRequest) -> dict:
         """The JSON body of the chat completion request for ``request``."""
@@ -319,36 +457,64 @@ class HttpJudge:
         return self._rng.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
 
     async def _call(self, client, body: dict) -> JudgeScores:
+        """One call, on the replica with the fewest in flight (others after a transport failure)."""
+        return await self.replicas.call(
+            lambda url: self._call_url(client, url, body), lambda e: e.kind if isinstance(e, _Failure) else None
+        )
+
+    async def _call_url(self, client, url: str, body: dict) -> JudgeScores:
         import httpx
 
         try:
             async with asyncio.timeout(self.timeout_s):
-                resp = await client.post(self.url, json=body, headers=self.headers)
+                async with client.stream("POST", url, json=body, headers=self.headers) as resp:
+                    status = resp.status_code
+                    raw = await self._read_bounded(resp)
         except (TimeoutError, httpx.TimeoutException) as e:
             raise _Failure("timeout", True, type(e).__name__) from None
         except httpx.TransportError as e:
             raise _Failure("connection", True, f"{type(e).__name__}: {e}") from None
-        status = resp.status_code
+        text = raw.decode("utf-8", "replace")
         if status >= 500:
             raise _Failure("http_5xx", True, f"HTTP {status}")
         if status in (408, 429):
             raise _Failure("overloaded", True, f"HTTP {status}")
         if status >= 400:
-            raise _Failure("http_4xx", False, f"HTTP {status}: {resp.text[:200]}")
+            raise _Failure("http_4xx", False, f"HTTP {status}: {text[:200]}")
         try:
-            content = resp.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise _Failure("bad_response", False, resp.text[:200]) from None
+            content = json.loads(raw)["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError):
+            raise _Failure("bad_response", False, text[:200]) from None
         if isinstance(content, list):  # content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         if not isinstance(content, str):
             raise _Failure("bad_response", False, f"content is {type(content).__name__}")
-        scores = parse_judge_output(content)
+        scores = self.parse_reply(content)
         if scores is None:
             raise _Failure("unparseable", False, content[:200])
         return scores
 
+    def parse_reply(self, content: str):
+        """The scores in a reply's text, None when it holds none (a subclass with another reply format overrides
+        this, e.g. :class:`eval.citevqa.CiteVQAJudge`'s calls)."""
+        return parse_judge_output(content)
+
+    async def _read_bounded(self, resp) -> bytes:
+        """The reply body, at most :attr:`max_reply_bytes` (more is a ``bad_response``, left unread)."""
+        limit = self.max_reply_bytes
+        declared = resp.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise _Failure("bad_response", False, f"reply of {int(declared)} bytes, over the {limit}-byte limit")
+        chunks, size = [], 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise _Failure("bad_response", False, f"reply over the {limit}-byte limit")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def _one(self, client, sem: asyncio.Semaphore, request: JudgeRequest, stats: JudgeStats):
+        """(scores, None) or (None, final failure kind)."""
         body = self.body(request)
         for attempt in range(self.retries + 1):
             if attempt:
@@ -364,15 +530,15 @@ class HttpJudge:
                         continue
                     stats.failures[f.kind] += 1
                     self.failure_examples.setdefault(f.kind, str(f)[:300])
-                    return None
+                    return None, f.kind
                 except Exception as e:  # anything unforeseen fails this request, never the batch
                     log.warning("judge request failed: %s: %s", type(e).__name__, e)
                     stats.failures["error"] += 1
                     self.failure_examples.setdefault("error", f"{type(e).__name__}: {e}"[:300])
-                    return None
+                    return None, "error"
             stats.ok += 1
-            return scores
-        return None  # unreachable: the loop returns on its last attempt
+            return scores, None
+        return None, "error"  # unreachable: the loop returns on its last attempt
 
     async def ascore_batch(self, requests: Sequence[JudgeRequest]) -> list[JudgeScores | None]:
         """Score ``requests`` concurrently; one entry per request, None where judging failed."""
@@ -398,15 +564,76 @@ class HttpJudge:
             limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
             timeout = httpx.Timeout(self.timeout_s)
             async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-                results = await asyncio.gather(*(self._one(client, sem, r, stats) for r in firsts))
+                pairs = list(await asyncio.gather(*(self._one(client, sem, r, stats) for r in firsts)))
+                if self.outage_s is not None:
+                    await self._wait_out_outages(client, sem, firsts, pairs, stats)
+            results = [sc for sc, _ in pairs]
         stats.wall_s = time.perf_counter() - t0
         self.stats = stats
         self.total.add(stats)
         return [results[i] for i in slot]
 
+    async def _wait_out_outages(self, client, sem, firsts, pairs: list, stats: JudgeStats) -> None:
+        """Re-send the outage-failed requests of ``pairs`` (in place) while the batch is in an outage (module
+        docstring), waiting for ``/health`` in between; raises :class:`ServerOutageError` past ``outage_s``."""
+        started = None
+        while True:
+            down = [i for i, (sc, kind) in enumerate(pairs) if sc is None and kind in OUTAGE_FAILURES]
+            if not down:
+                return
+            answered = any(sc is not None for sc, _ in pairs)
+            health = await asyncio.to_thread(self.replicas.probe_health, probe_health)
+            if answered and not health:
+                return  # the server is up and answers others: single bad calls, unscorable
+            now = time.monotonic()
+            if started is None:
+                started = now
+                log.warning(
+                    "judge outage: %d of %d requests failed (%s), /health: %s; waiting up to %g s",
+                    len(down), len(pairs), dict(stats.failures), health or "HTTP 200", self.outage_s,
+                )  # fmt: skip
+            deadline = started + self.outage_s
+            if now >= deadline:
+                kinds = sorted({pairs[i][1] for i in down})
+                detail = health or "; ".join(self.failure_examples.get(k, k) for k in kinds)
+                raise ServerOutageError("judge", self.url, now - started, self.outage_s, detail)
+            if health:
+                stats.outage_wait_s += await asyncio.to_thread(
+                    self.replicas.wait_for_health, probe_health, deadline, started, self.outage_s, HEALTH_BACKOFF_S
+                )
+            else:  # /health answers but every request failed: give the server a moment before the next round
+                pause = min(HEALTH_BACKOFF_S[0] * 2**stats.outages, HEALTH_BACKOFF_S[1], max(deadline - now, 0))
+                await asyncio.sleep(pause)
+                stats.outage_wait_s += pause
+            stats.outages += 1
+            for i in down:  # these requests are judged again: their failures are recounted by the new round
+                stats.failures[pairs[i][1]] -= 1
+            stats.failures += Counter()  # drop zero counts
+            again = await asyncio.gather(*(self._one(client, sem, firsts[i], stats) for i in down))
+            for i, pair in zip(down, again, strict=True):
+                pairs[i] = pair
+
     def score_batch(self, requests: Sequence[JudgeRequest]) -> list[JudgeScores | None]:
         """Sync wrapper of :meth:`ascore_batch` (safe whether or not an event loop runs in this thread)."""
         return run_sync(self.ascore_batch(list(requests)))
+
+
+def no_score_error(stats: JudgeStats, judge, examples: dict[str, str] | None = None) -> str | None:
+    """The one line a command-line run prints when its judge was asked and produced no score at all (``stats``
+    accumulated over the run), else None. ``examples``: one message per failure kind (``failure_examples``)."""
+    if stats.ok or not stats.sent:
+        return None
+    kinds = ", ".join(f"{k} {n}" for k, n in stats.failures.most_common()) or "no reply"
+    examples = examples if examples is not None else (getattr(judge, "failure_examples", None) or {})
+    first = next((examples[k] for k, _ in stats.failures.most_common() if k in examples), "")
+    example = " ".join(str(first).split())[:200]
+    where = getattr(judge, "url", None)
+    who = f"the judge at {where} (model {getattr(judge, 'model', '?')!r})" if where else "the judge"
+    return (
+        f"{who} produced no score for any of {stats.sent} requests ({kinds}"
+        + (f"; e.g. {example}" if example else "")
+        + ")"
+    )
 
 
 # --------------------------------------------------------------------------------------------- lexical judge

@@ -5,7 +5,8 @@ Per batch (one GRPO step's rollout_batch x n responses):
 1. unpack each ground truth (:mod:`reward.groundtruth`) and parse each response (:mod:`reward.response`);
 2. load each document's cache once (kept between calls, least recently used dropped);
 3. embed every distinct quote of the batch in one encoder call per encoder, then resolve each response's quotes
-   to blocks of its page window (:mod:`reward.resolve`);
+   to blocks of the whole document, as the paper does (its page window only placed the rendered pages;
+   ``candidates: window`` restricts them to the window, the earlier rule) (:mod:`reward.resolve`);
 4. crop the cited blocks (first ``max_crops`` distinct ones) from each PDF, opened once per batch;
 5. judge every parseable response in one concurrent batch (:mod:`reward.judge`);
 6. turn scores into rewards (:mod:`reward.scoring`).
@@ -18,6 +19,30 @@ call); a response whose quote embedding, resolution or judge call failed is *uns
 (and mean judge scores) of the responses of its ``qid`` in the batch whose reward is known, i.e. judged ones and
 unparseable ones (whose 0 is their real reward). Its reward then equals the group mean: zero advantage, and the
 group's baseline is what it would be without it. A group with no known reward gets 0 for all and is counted.
+
+Outages are waited out, never scored (``judge_outage_s``, default 600 s): when the judge is in an outage (every
+request of the batch failing with timeouts, refused connections, 5xx or 429, or some failing so while its
+``/health`` does not answer; :mod:`reward.judge`) or the HTTP quote embedder's call fails while its ``/health`` does
+not answer, the call pauses, probes ``/health`` with backoff and then scores for real. Past the budget it raises
+:class:`reward.judge.ServerOutageError` (one line: server, URL, seconds waited) and, under the launch, first writes
+``$QUOTECITE_METRICS_DIR/server_outage.json``, which is how ``launch/grpo_8b.sh`` knows to restart the servers and
+resume. A single bad call (the server up and answering the others) stays unscorable as above.
+
+The keep key. EasyR1 b44b311's online filter keeps a group when the mean of ``filter_key`` over its responses lies
+strictly inside ``(filter_low, filter_high)``. ``keep`` (``algorithm.filter_key: keep``) is the same for every
+response of a group: the group's mean reward when its known rewards differ, :data:`reward.scoring.KEEP_DROP` (-1,
+outside any band) when they are all equal (DAPO's zero-variance groups: every advantage would be 0, e.g. five
+responses all scoring 0.9) or when none is known (all unscorable: dropped, never trained on as zeros). So the
+paper's band and the zero-variance rule both hold with EasyR1's filter as it is.
+
+Which responses trained (``batch_groups``, ``keep_band``: the launch passes ``data.rollout_batch_size`` and the
+filter band). EasyR1 logs ``reward/*`` over every response generated across its filter attempts, not over the
+batch that trains. The reward sees every attempt in order and knows each group's ``keep``, so it replays the
+filter: groups strictly inside the band, in the order they come, until ``batch_groups`` are kept (EasyR1 then cuts
+the batch to that many groups); that is one training batch, and :class:`TrainBatchTracker` appends its record
+(kept qids, groups dropped by reason, attempts, the mean reward and parts over the responses that trained) to
+``$QUOTECITE_METRICS_DIR/reward_batches.jsonl``. Validation calls (groups of one response) are not counted.
+``launch/runlog.py`` puts the n-th record of a segment on step ``resume_step + n`` of ``run_log.jsonl``.
 """
 
 from __future__ import annotations
@@ -37,10 +62,28 @@ from data_prep.cache import CachedDoc, load_cache
 from data_prep.types import InputError
 from reward.config import RewardConfig
 from reward.groundtruth import GroundTruth, unpack_ground_truth
-from reward.judge import CONFIG_FAILURES, JudgeRequest, JudgeScores, JudgeStats, crop_pngs, get_judge
-from reward.resolve import Citation, make_quote_encoder, quote_encoder, resolve_quotes
+from reward.judge import (
+    CONFIG_FAILURES,
+    JudgeRequest,
+    JudgeScores,
+    JudgeStats,
+    ServerOutageError,
+    crop_pngs,
+    get_judge,
+    health_url,
+    probe_health,
+    wait_for_health,
+)
+from reward.resolve import (
+    Citation,
+    make_quote_encoder,
+    quote_encoder,
+    resolve_quotes,
+    resolver_uses_context,
+    resolver_uses_encoder,
+)
 from reward.response import ParsedResponse, parse_response
-from reward.scoring import RewardBreakdown, get_reward_form
+from reward.scoring import KEEP_DROP, CitedEvidence, RewardBreakdown, get_reward_form
 
 log = logging.getLogger("reward")
 
@@ -58,13 +101,28 @@ class BatchStats:
     """``judge`` (no score after retries), ``embed``, ``resolve``, ``crop``."""
     groups: int = 0
     groups_all_unscorable: int = 0
-    """Groups with no known reward: every response got 0."""
+    """Groups with no known reward: every response got 0 and ``keep`` -1 (the filter drops them)."""
+    groups_zero_variance: int = 0
+    """Groups with known rewards that are all equal (``keep`` -1: the filter drops them)."""
+    embed_outages: int = 0
+    """Outages of the quote embedder waited out."""
+    embed_outage_wait_s: float = 0.0
+    """Seconds spent waiting for the embedder's ``/health``."""
+    responses_over_bound: int = 0
+    """Responses with more quotes than the ``max_quotes`` safety bound (their extra quotes were left out)."""
+    quotes_over_bound: int = 0
+    """Quotes left out by the ``max_quotes`` safety bound."""
+    judge_no_crop_relevance: int = 0
+    """Judged responses with crops whose judge reply had no valid per-crop list (``precision`` form only)."""
     judge: JudgeStats = field(default_factory=JudgeStats)
     seconds: Counter = field(default_factory=Counter)
     """Wall seconds per phase: parse, load, embed, resolve, crop, judge, total."""
 
     def add(self, other: BatchStats) -> None:
-        for n in ("responses", "format_ok", "unscorable", "groups", "groups_all_unscorable"):
+        for n in ("responses", "format_ok", "unscorable", "groups", "groups_all_unscorable", "groups_zero_variance",
+                  "embed_outages", "embed_outage_wait_s"):  # fmt: skip
+            setattr(self, n, getattr(self, n) + getattr(other, n))
+        for n in ("responses_over_bound", "quotes_over_bound", "judge_no_crop_relevance"):
             setattr(self, n, getattr(self, n) + getattr(other, n))
         self.reject_reasons.update(other.reject_reasons)
         self.unscorable_reasons.update(other.unscorable_reasons)
@@ -94,6 +152,12 @@ class BatchStats:
             "unscorable_reasons": dict(self.unscorable_reasons),
             "groups": self.groups,
             "groups_all_unscorable": self.groups_all_unscorable,
+            "groups_zero_variance": self.groups_zero_variance,
+            "embed_outages": self.embed_outages,
+            "embed_outage_wait_s": round(self.embed_outage_wait_s, 3),
+            "responses_over_bound": self.responses_over_bound,
+            "quotes_over_bound": self.quotes_over_bound,
+            "judge_no_crop_relevance": self.judge_no_crop_relevance,
             "judge": self.judge.to_dict(),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
@@ -126,21 +190,120 @@ METRICS_DIR_ENV = "QUOTECITE_METRICS_DIR"
 survive alongside EasyR1's own log."""
 
 
-def _append_counters(stats: BatchStats) -> None:
+REWARD_BATCHES = "reward_batches.jsonl"
+"""Per-segment file of training-batch records (:class:`TrainBatchTracker`)."""
+SERVER_OUTAGE = "server_outage.json"
+"""Written to ``$QUOTECITE_METRICS_DIR`` just before :class:`~reward.judge.ServerOutageError` leaves the reward."""
+
+
+def _append_line(name: str, obj: dict) -> None:
     folder = os.environ.get(METRICS_DIR_ENV)
     if not folder:
         return
-    line = json.dumps({"time": round(time.time(), 3), **stats.counters()}) + "\n"
+    line = json.dumps(obj) + "\n"
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
         # One write on an O_APPEND descriptor: a line is never interleaved with another process's line.
-        fd = os.open(Path(folder) / "reward_counters.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(Path(folder) / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
     except OSError as e:  # metrics must never kill a training step
-        log.warning("could not append reward counters to %s: %s", folder, e)
+        log.warning("could not append to %s in %s: %s", name, folder, e)
+
+
+def _append_counters(stats: BatchStats) -> None:
+    _append_line("reward_counters.jsonl", {"time": round(time.time(), 3), **stats.counters()})
+
+
+def _report_outage(e: ServerOutageError) -> None:
+    folder = os.environ.get(METRICS_DIR_ENV)
+    if not folder:
+        return
+    from data_prep.io import atomic_write_json
+
+    try:
+        atomic_write_json(Path(folder) / SERVER_OUTAGE, {"time": round(time.time(), 3), **e.to_dict()})
+    except OSError as err:
+        log.warning("could not write %s in %s: %s", SERVER_OUTAGE, folder, err)
+
+
+BATCH_PARTS = ("overall", "answer", "relevance", "coverage", "format_ok", "n_quotes", "n_citations", "unscorable")
+"""Breakdown keys averaged over the responses that trained, in a training-batch record."""
+
+
+class TrainBatchTracker:
+    """Replays EasyR1's online filter over the reward calls of one trainer process (module docstring) and appends
+    one record per training batch to ``$QUOTECITE_METRICS_DIR/reward_batches.jsonl``::
+
+        {"batch": 1, "time": ..., "calls": 2, "groups_seen": 40, "groups_trained": 32, "responses": 160,
+         "dropped": {"zero_variance": 6, "all_unscorable": 0, "out_of_band": 2, "surplus": 0},
+         "reward": {"overall": 0.41, "answer": 2.9, ...}, "counters": {"unscorable": 3, ...}, "qids": ["q17", ...]}
+
+    ``reward`` averages :data:`BATCH_PARTS` over the responses of the trained groups: the reward that produced the
+    gradient. ``counters`` sums :meth:`BatchStats.counters` over every call (attempt) of the batch: unscorable
+    responses, judge failures and retries, outages waited out."""
+
+    def __init__(self, batch_groups: int, keep_band: list | None) -> None:
+        self.batch_groups = batch_groups
+        self.band = keep_band
+        self.batches = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.calls = 0
+        self.seen = 0
+        self.dropped: Counter = Counter({"zero_variance": 0, "all_unscorable": 0, "out_of_band": 0, "surplus": 0})
+        self.qids: list[str] = []
+        self.rows: list[dict] = []
+        self.counters: Counter = Counter()
+
+    def add_call(self, groups: dict[str, list[int]], rows: list[RewardBreakdown], stats: BatchStats) -> dict | None:
+        """Account for one reward call (``groups``: qid -> member indices, in call order); returns the batch record
+        when this call completed a training batch (also appended to the metrics file), else None."""
+        if not groups or all(len(m) == 1 for m in groups.values()):
+            return None  # validation (n = 1) or nothing
+        self.calls += 1
+        self.counters.update(stats.counters())
+        for qid, members in groups.items():
+            self.seen += 1
+            keep = rows[members[0]].keep
+            if self.band is not None and not self.band[0] < keep < self.band[1]:
+                if keep != KEEP_DROP:
+                    self.dropped["out_of_band"] += 1
+                elif all(rows[i].unscorable for i in members):
+                    self.dropped["all_unscorable"] += 1
+                else:
+                    self.dropped["zero_variance"] += 1
+            elif len(self.qids) >= self.batch_groups:
+                self.dropped["surplus"] += 1
+            else:
+                self.qids.append(qid)
+                self.rows.extend(rows[i].to_dict() for i in members)
+        if self.band is not None and len(self.qids) < self.batch_groups:
+            return None  # EasyR1 generates another attempt
+        self.batches += 1
+        n = len(self.rows)
+        record = {
+            "batch": self.batches,
+            "time": round(time.time(), 3),
+            "calls": self.calls,
+            "groups_seen": self.seen,
+            "groups_trained": len(self.qids),
+            "responses": n,
+            "dropped": dict(self.dropped),
+            "reward": {k: (float(np.mean([r[k] for r in self.rows])) if n else 0.0) for k in BATCH_PARTS},
+            "counters": {k: round(v, 3) if isinstance(v, float) else v for k, v in sorted(self.counters.items())},
+            "qids": list(self.qids),
+        }
+        _append_line(REWARD_BATCHES, record)
+        self._reset()
+        return record
+
+
+ZERO_VARIANCE_TOL = 1e-9
+"""Known rewards of a group closer than this are equal (its ``keep`` is -1)."""
 
 
 class _Precomputed:
@@ -197,6 +360,7 @@ class RewardScorer:
                 temperature=config.judge_temperature,
                 prompt_path=config.judge_prompt,
                 extra_body=config.judge_extra_body,
+                outage_s=config.judge_outage_s,
             )
         else:
             self.judge = get_judge(config.judge)
@@ -205,6 +369,13 @@ class RewardScorer:
         self._encoders: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
         self._judge_answered = False  # set once the judge has produced one score: later failures are outages
+        self.tracker = (
+            TrainBatchTracker(config.batch_groups, config.keep_band) if config.batch_groups is not None else None
+        )
+        """Training-batch records (None without ``batch_groups``)."""
+        self.last_batch: dict | None = None
+        """The training-batch record completed by the last call, if any."""
+        self._outage_started: float | None = None
         self.last = BatchStats()
         """Stats of the last batch."""
         self.total = BatchStats()
@@ -247,7 +418,12 @@ class RewardScorer:
     # ----------------------------------------------------------------------------------------- the batch
     def score(self, reward_inputs: list[dict]) -> list[tuple[RewardBreakdown, list[Citation]]]:
         with self._lock:
-            return self._score(reward_inputs)
+            self._outage_started = None
+            try:
+                return self._score(reward_inputs)
+            except ServerOutageError as e:
+                _report_outage(e)
+                raise
 
     def _score(self, reward_inputs: list[dict]) -> list[tuple[RewardBreakdown, list[Citation]]]:
         cfg = self.config
@@ -262,13 +438,21 @@ class RewardScorer:
                 gt = unpack_ground_truth(inp["ground_truth"])
             except InputError as e:
                 raise InputError(f"reward input {i}: {e}") from None
-            parsed = parse_response(inp["response"], cfg.max_quotes)
+            parsed = parse_response(inp["response"], cfg.max_quotes, cfg.dedupe_quotes)
+            if parsed.dropped:
+                stats.responses_over_bound += 1
+                stats.quotes_over_bound += parsed.dropped
             items.append(_Item(gt, parsed))
             if parsed.ok:
                 stats.format_ok += 1
             else:
                 stats.reject_reasons[parsed.reason] += 1
         stats.seconds["parse"] += time.perf_counter() - t0
+        if stats.responses_over_bound:
+            log.warning(
+                "%d response(s) had more than max_quotes=%d quotes: %d quote(s) left out (raise max_quotes to keep "
+                "them)", stats.responses_over_bound, cfg.max_quotes, stats.quotes_over_bound,
+            )  # fmt: skip
 
         t0 = time.perf_counter()
         for i, it in enumerate(items):
@@ -281,7 +465,8 @@ class RewardScorer:
         stats.seconds["load"] += time.perf_counter() - t0
 
         live = [it for it in items if it.parsed.ok]
-        encoders = self._embed_quotes(live, stats) if cfg.resolver == "embedding" else {}
+        encoders = self._embed_quotes(live, stats) if resolver_uses_encoder(cfg.resolver) else {}
+        uses_context = resolver_uses_context(cfg.resolver)
 
         t0 = time.perf_counter()
         for it in live:
@@ -293,8 +478,9 @@ class RewardScorer:
                     it.cached,
                     resolver=cfg.resolver,
                     encoder=encoders.get(it.cached.key),
-                    pages=it.gt.pages,
+                    pages=it.gt.pages if cfg.candidates == "window" else None,  # the paper: the whole document
                     threshold=cfg.abstain_threshold,
+                    context=_context(it) if uses_context else None,
                 )
             except InputError:
                 raise
@@ -348,7 +534,8 @@ class RewardScorer:
         judge_s = time.perf_counter() - t0
         stats.seconds["judge"] += judge_s
 
-        out = self._rewards(items, judge_s, stats)
+        out, groups = self._rewards(items, judge_s, stats)
+        self.last_batch = self.tracker.add_call(groups, [b for b, _ in out], stats) if self.tracker else None
         stats.seconds["total"] += time.perf_counter() - t_all
         self.last = stats
         self.total.add(stats)
@@ -374,25 +561,40 @@ class RewardScorer:
         by_encoder: dict[str, list[_Item]] = defaultdict(list)
         encoders = {}
         for it in live:
-            try:
-                enc = self.encoder_for(it.cached)
-            except InputError:
-                raise  # misconfiguration (no embeddings, wrong encoder): stop at the first call
-            except Exception as e:  # an HTTP encoder whose server cannot be reached: unscorable, never a crash
-                log.warning("quote encoder for %s unavailable: %s", it.cached.key, e)
-                it.failed = "embed"
+            while True:
+                try:
+                    enc = self.encoder_for(it.cached)
+                    break
+                except InputError:
+                    raise  # misconfiguration (no embeddings, wrong encoder): stop at the first call
+                except Exception as e:  # an HTTP encoder whose server cannot be reached
+                    if self._await_embedder(e, stats):
+                        continue
+                    log.warning("quote encoder for %s unavailable: %s", it.cached.key, e)
+                    it.failed = "embed"
+                    enc = None
+                    break
+            if enc is None:
                 continue
             encoders[enc.name] = enc
             by_encoder[enc.name].append(it)
         out: dict[str, _Precomputed] = {}
         for name, its in by_encoder.items():
             texts = list(dict.fromkeys(q for it in its for q in it.parsed.quotes))
-            try:
-                vecs = np.asarray(encoders[name].embed_texts(texts), dtype=np.float32)
-            except InputError:
-                raise
-            except Exception as e:  # the embedding server is down: these responses are unscorable
-                log.warning("embedding %d quotes with %s failed: %s", len(texts), name, e)
+            if resolver_uses_context(self.config.resolver):
+                texts = list(dict.fromkeys([*texts, *(_context(it) for it in its)]))
+            vecs = None
+            while vecs is None:
+                try:
+                    vecs = np.asarray(encoders[name].embed_texts(texts), dtype=np.float32)
+                except InputError:
+                    raise
+                except Exception as e:  # the embedding server failed the call
+                    if self._await_embedder(e, stats):
+                        continue
+                    log.warning("embedding %d quotes with %s failed: %s", len(texts), name, e)
+                    break
+            if vecs is None:
                 for it in its:
                     it.failed = "embed"
                 continue
@@ -401,6 +603,29 @@ class RewardScorer:
                 out[it.cached.key] = facade
         stats.seconds["embed"] += time.perf_counter() - t0
         return out
+
+    def _await_embedder(self, error: Exception, stats: BatchStats) -> bool:
+        """After a failed embedding call: True when the HTTP embedder was down and answers ``/health`` again (call
+        it again), False when it is up (or no HTTP embedder is set): a bad call, the responses stay unscorable.
+        Raises :class:`ServerOutageError` once this call has waited ``judge_outage_s``."""
+        if not self.config.embed_url:
+            return False
+        url = health_url(self.config.embed_url)
+        why = probe_health(url)
+        if not why:
+            return False
+        now = time.monotonic()
+        if self._outage_started is None:
+            self._outage_started = now
+            log.warning(
+                "embedder outage (%s; /health: %s); waiting up to %g s", error, why, self.config.judge_outage_s
+            )
+        budget = self.config.judge_outage_s
+        stats.embed_outage_wait_s += wait_for_health(
+            url, self._outage_started + budget, self._outage_started, "embedding server", budget, self.config.embed_url
+        )
+        stats.embed_outages += 1
+        return True
 
     def _crop(self, live: list[_Item]) -> None:
         open_docs = {}
@@ -421,6 +646,23 @@ class RewardScorer:
             for doc in open_docs.values():
                 doc.close()
 
+    def _evidence(self, it: _Item, stats: BatchStats) -> CitedEvidence:
+        """Citations, repeats and judge-relevant crops of one judged response (the ``precision`` form)."""
+        blocks: set[int] = set()
+        quotes: set[str] = set()
+        repeats = 0
+        for c in it.citations:
+            repeats += c.block_id in blocks or c.quote in quotes
+            blocks.add(c.block_id)
+            quotes.add(c.quote)
+        n_shown = len(it.crops) if self.needs_crops else len(it.shown)
+        flags = it.scores.crop_relevance if it.scores is not None else None
+        if flags is not None and len(flags) != n_shown:
+            flags = None  # a list that does not match the crops cannot be attributed
+        if flags is None and n_shown:
+            stats.judge_no_crop_relevance += 1
+        return CitedEvidence(len(it.citations), repeats, None if flags is None else sum(flags))
+
     def _rewards(self, items: list[_Item], judge_s: float, stats: BatchStats):
         known: dict[int, tuple[float, float, float, float]] = {}  # index -> (overall, a, r, c)
         for i, it in enumerate(items):
@@ -428,18 +670,28 @@ class RewardScorer:
                 known[i] = (0.0, 0.0, 0.0, 0.0)
             elif it.scores is not None:
                 s = it.scores
-                known[i] = (self.form(s, self.weights), float(s.answer), float(s.relevance), float(s.coverage))
+                overall = self.form(s, self.weights, self._evidence(it, stats) if self.form.uses_evidence else None)
+                known[i] = (overall, float(s.answer), float(s.relevance), float(s.coverage))
         groups: dict[str, list[int]] = defaultdict(list)
         for i, it in enumerate(items):
             groups[it.gt.qid].append(i)
         stats.groups = len(groups)
         fill: dict[int, tuple[float, float, float, float]] = {}
+        keep: dict[int, float] = {}
         for members in groups.values():
             vals = [known[i] for i in members if i in known]
             mean = tuple(float(np.mean([v[k] for v in vals])) for k in range(4)) if vals else (0.0,) * 4
+            rewards = [v[0] for v in vals]
             if not vals:
                 stats.groups_all_unscorable += 1
+                group_keep = KEEP_DROP
+            elif max(rewards) - min(rewards) <= ZERO_VARIANCE_TOL:
+                stats.groups_zero_variance += 1
+                group_keep = KEEP_DROP
+            else:
+                group_keep = mean[0]
             for i in members:
+                keep[i] = group_keep
                 if i not in known:
                     fill[i] = mean
         out = []
@@ -463,11 +715,17 @@ class RewardScorer:
                         mean_similarity=float(np.mean(sims)) if sims else 0.0,
                         unscorable=1.0 if unscorable else 0.0,
                         judge_s=judge_s,
+                        keep=keep[i],
                     ),
                     list(it.citations),
                 )
             )
-        return out
+        return out, dict(groups)
+
+
+def _context(it: _Item) -> str:
+    """What a context-reading resolver (``fused``) gets beside the quotes: the question and the policy's answer."""
+    return f"{it.gt.question}\n{it.parsed.answer}"
 
 
 _SCORERS: OrderedDict[str, RewardScorer] = OrderedDict()

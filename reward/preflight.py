@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_prep.types import InputError
+from reward.replicas import UrlListAction
 
 PROBLEM_KINDS: dict[str, str] = {
     "config": "the reward settings or the recipe do not make a working reward",
@@ -219,6 +220,8 @@ class RecipeSettings:
     answer_key: str = "answer"
     image_key: str = "images"
     format_prompt: object = None
+    reward_function: object = None
+    """``worker.reward.reward_function`` as written (``path[:name]``)."""
 
 
 def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
@@ -277,7 +280,33 @@ def read_recipe(
         answer_key=_dig(r, "data.answer_key") or "answer",
         image_key=_dig(r, "data.image_key") or "images",
         format_prompt=_dig(r, "data.format_prompt"),
+        reward_function=fn or None,
     )
+
+
+def missing_paths(recipe: RecipeSettings, cwd: str | Path | None = None) -> list[Problem]:
+    """``data.format_prompt`` and the file of ``worker.reward.reward_function`` that do not resolve from ``cwd``
+    (default: here) the way EasyR1 resolves them (``get_abs_path``: relative to the trainer's working directory).
+    EasyR1 only prints "not found" for a missing format prompt and trains without it, so each is a problem.
+
+    >>> [p.where for p in missing_paths(RecipeSettings(True, {}, [], format_prompt="nope.jinja",
+    ...                                                 reward_function="./nope.py:compute_score"))]
+    ['data.format_prompt', 'worker.reward.reward_function']
+    """
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    out = []
+    for where, value in (("data.format_prompt", recipe.format_prompt), ("worker.reward.reward_function",
+                                                                          recipe.reward_function)):  # fmt: skip
+        if value is None or isinstance(value, _Unset):
+            continue
+        path = str(value)
+        if where == "worker.reward.reward_function" and ":" in path:
+            path = path.rsplit(":", 1)[0]
+        full = Path(path) if Path(path).is_absolute() else base / path
+        if not full.is_file():
+            out.append(Problem("config", where, f"{value}: no such file (resolved to {full}); EasyR1 would train "
+                               "without it; give an absolute path", rows=0))  # fmt: skip
+    return out
 
 
 # --------------------------------------------------------------------------------------------- data files
@@ -481,7 +510,9 @@ def check_training_set(
             except Exception as e:  # a PDF that no longer opens
                 problems.append(Problem("pdf", f"document {key}", f"{type(e).__name__}: {e}", key, doc_rows[key]))
 
-    if scorer is not None and config.resolver == "embedding":
+    from reward.resolve import resolver_uses_encoder
+
+    if scorer is not None and resolver_uses_encoder(config.resolver):  # embedding, fused
         _check_encoders(scorer, loaded, doc_rows, report, probe, probe_row)
     elif scorer is not None:
         report.probes["embed"] = f"not needed (resolver {config.resolver!r} reads block text)"
@@ -609,11 +640,17 @@ def _probe_judge(judge, config, probe_row, report: CheckReport) -> None:
                 crop = b""
     request = JudgeRequest(question=question, gold_answer=gold, answer=gold, crops=(crop or _tiny_png(),))
     t0 = time.perf_counter()
+    outage_s = getattr(judge, "outage_s", None)
+    if outage_s is not None:
+        judge.outage_s = None  # the check reports a judge that is down at once instead of waiting it out
     try:
         (scores,) = judge.score_batch([request])
     except Exception as e:
         scores = None
         judge.failure_examples = {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        if outage_s is not None:
+            judge.outage_s = outage_s
     where = f"{judge.url} (model {judge.model!r})"
     if scores is None:
         examples = getattr(judge, "failure_examples", {}) or {}
@@ -636,7 +673,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="data file (repeatable); default: the recipe's data.train_files and data.val_files")  # fmt: skip
     parser.add_argument("--recipe", help="EasyR1 recipe: reward settings and data keys (${oc.env:...} resolved)")
     parser.add_argument("--cache-dir", help="block cache (overrides the recipe's cache_dir)")
-    parser.add_argument("--judge-url", help="judge base URL, e.g. http://127.0.0.1:8000/v1: sends one probe")
+    parser.add_argument("--judge-url", action=UrlListAction,
+                        help="judge base URL, e.g. http://127.0.0.1:8000/v1: sends one probe; several (repeated or "
+                        "comma-separated) are replicas")  # fmt: skip
     parser.add_argument("--judge-model", help="model name the judge serves")
     parser.add_argument("--embed-url", help="embedding server base URL (for an HTTP encoder): probed")
     parser.add_argument("--image-dir", help="folder image paths are relative to (default: the recipe's "
@@ -680,6 +719,10 @@ def run(args: argparse.Namespace) -> int:
             pre.append(Problem("config", "data.image_dir", f"{recipe.image_dir!r}: env not set", rows=0))
         keys = {"prompt_key": recipe.prompt_key, "answer_key": recipe.answer_key, "image_key": recipe.image_key}
         fmt = recipe.format_prompt if isinstance(recipe.format_prompt, str) else None
+        missing = missing_paths(recipe)
+        pre.extend(missing)
+        if any(m.where == "data.format_prompt" for m in missing):
+            fmt = None  # reported once, above
     for name in ("cache_dir", "judge_url", "judge_model", "embed_url"):
         if getattr(args, name):
             kwargs[name] = getattr(args, name)

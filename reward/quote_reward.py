@@ -35,4 +35,8 @@ def compute_score(reward_inputs: list[dict], **kwargs) -> list[dict]:
     """One dict of numbers per input: overall, answer, relevance, coverage, format_ok, n_quotes, n_citations,
     mean_similarity, unscorable, judge_s. Raises only for misconfiguration (see :mod:`reward.pipeline`)."""
     config = RewardConfig.from_kwargs(**kwargs)
+    if config.reward_form == "lat":  # LAT's rule-based Chain-of-Evidence reward (reward/lat.py): no judge
+        from reward.lat import score_batch as lat_score_batch
+
+        return [breakdown.to_dict() for breakdown in lat_score_batch(reward_inputs, config)]
     return [breakdown.to_dict() for breakdown, _ in score_batch(reward_inputs, config)]

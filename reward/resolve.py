@@ -1,15 +1,26 @@
 """Resolve quotes to blocks: quote -> citation (page, bbox, block) by similarity and one-to-one assignment.
 
-Candidates are the blocks of the page window the policy saw (``pages``, 1-based inclusive) or of the whole
-document. Three resolvers score every (quote, block) pair; higher is better:
+Candidates are the blocks of the whole document (the paper, Section 3.2: "we consider candidates from the entire
+document"; ``pages=None``), or of a 1-based inclusive page window ``pages`` (an option: training's page window
+then limits the candidates to what the policy saw). Resolvers score every (quote, block) pair; higher is better:
 
-* ``embedding`` (default, SPEC step 4): cosine between the quote embedded as text by the document's encoder and
-  the cached block embeddings (unit rows, so a dot product). In [-1, 1].
+* ``embedding`` (default, docs/METHOD.md step 4): cosine between the quote embedded as text by the document's
+  encoder and the cached block embeddings (unit rows, so a dot product). In [-1, 1].
 * ``lexical``: bag-of-tokens F1 between the quote and the block text (:func:`data_prep.text.token_f1`). In [0, 1].
-* ``bm25``: Okapi BM25 of the quote (as the query) over the window's block texts, with Lucene's IDF
-  ``ln(1 + (N - df + 0.5) / (df + 0.5))``, which stays positive. Plain Okapi IDF ``ln((N - df + 0.5)/(df + 0.5))``
-  (``rank_bm25.BM25Okapi``) is exactly 0 for a term in half the blocks and negative above that, so a block
-  containing a common quote term could score *below* one that lacks it. Unbounded, >= 0.
+* ``bm25``: Okapi BM25 of the quote (as the query) over the candidates' block texts, from the maintained library
+  ``rank_bm25`` (:class:`rank_bm25.BM25Okapi`, ``k1`` = :data:`BM25_K1`, ``b`` = :data:`BM25_B`): IDF
+  ``ln((N - df + 0.5) / (df + 0.5))``, so a term in exactly half the candidates weighs 0, and a negative IDF (a term
+  in more than half) is floored at ``0.25 x`` the mean IDF of the candidates' vocabulary. Unbounded; >= 0 unless
+  most terms occur in most candidates (then the mean IDF, and with it the floor, is negative).
+* ``bm25_lucene``: the earlier variant, the same BM25 with Lucene's IDF ``ln(1 + (N - df + 0.5) / (df + 0.5))``,
+  which stays positive for every term (:func:`bm25_scores`). Kept to reproduce earlier numbers.
+* ``fused`` (beyond the paper): reciprocal-rank fusion, quote first, of four rankings of the candidates: the
+  quote's ``embedding`` and ``bm25`` rankings (weight 1 each) and, when a *context* is given (the question plus the
+  policy's own answer: the reward pipeline and ``eval resolve`` pass it), the context's ``embedding`` and ``bm25``
+  rankings (weight :data:`FUSED_CONTEXT_WEIGHT` each). Score ``sum_k w_k / (FUSED_K + rank_k)`` (a BM25 ranking
+  counts only blocks that share a term with its query). It uses what the paper's oracle union (quote retrieval OR
+  question+answer retrieval) shows is left on the table, while the quote keeps the larger say. Units: RRF points,
+  at most ``(2 + 2 w) / (FUSED_K + 1)``; thresholds for this resolver are in those units.
 
 The assignment maximises total similarity with each block taking at most one quote
 (``scipy.optimize.linear_sum_assignment`` on negative similarity, the Hungarian algorithm). When quotes
@@ -40,6 +51,13 @@ BM25_K1 = 1.2
 """BM25 term-frequency saturation."""
 BM25_B = 0.75
 """BM25 length normalisation."""
+BM25_EPSILON = 0.25
+"""Okapi BM25 (``rank_bm25``): a negative IDF is replaced by this share of the mean IDF."""
+FUSED_K = 60
+"""Reciprocal-rank-fusion constant of the ``fused`` resolver (the usual 60: ranks 1 and 2 differ by little, so
+agreement between rankings matters more than the exact rank in any one)."""
+FUSED_CONTEXT_WEIGHT = 0.5
+"""Weight of each of the context's two rankings in the ``fused`` resolver (the quote's two weigh 1 each)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,23 @@ class _TextIndex:
     def __init__(self, cached: CachedDoc) -> None:
         self.tokens = [tokenize(b.text) for b in cached.blocks]
         self.counters = [Counter(t) for t in self.tokens]
+        self._okapi = None  # BM25Okapi over every block, built on first use
+
+    def okapi(self, ids: np.ndarray):
+        """A :class:`rank_bm25.BM25Okapi` over the blocks ``ids`` and the positions of ``ids`` in it (the
+        whole-document index is built once and kept; a page window gets its own, so its statistics are the
+        window's). None when no candidate has a token."""
+        from rank_bm25 import BM25Okapi
+
+        whole = len(ids) == len(self.tokens) and bool(np.array_equal(ids, np.arange(len(self.tokens))))
+        docs = self.tokens if whole else [self.tokens[int(i)] for i in ids]
+        if not any(docs):
+            return None
+        if not whole:
+            return BM25Okapi(docs, k1=BM25_K1, b=BM25_B, epsilon=BM25_EPSILON)
+        if self._okapi is None:
+            self._okapi = BM25Okapi(docs, k1=BM25_K1, b=BM25_B, epsilon=BM25_EPSILON)
+        return self._okapi
 
 
 _INDEX: OrderedDict[str, _TextIndex] = OrderedDict()
@@ -102,8 +137,29 @@ def _text_index(cached: CachedDoc) -> _TextIndex:
 
 
 # --------------------------------------------------------------------------------------------- resolvers
-Scorer = Callable[[Sequence[str], CachedDoc, np.ndarray, object], np.ndarray]
+Scorer = Callable[..., np.ndarray]
+"""``scorer(quotes, cached, ids, encoder) -> (len(quotes), len(ids))``; a scorer with attribute ``uses_context``
+is also given ``context=`` (str or None); one with ``uses_encoder`` needs the document's embeddings."""
 RESOLVERS: Registry[Scorer] = Registry("resolver")
+
+
+def _flags(*, encoder: bool = False, context: bool = False):
+    def deco(fn):
+        fn.uses_encoder = encoder
+        fn.uses_context = context
+        return fn
+
+    return deco
+
+
+def resolver_uses_encoder(name: str) -> bool:
+    """Whether resolver ``name`` embeds the quotes (needs a cache with embeddings and a quote encoder)."""
+    return bool(getattr(RESOLVERS.get(name), "uses_encoder", False))
+
+
+def resolver_uses_context(name: str) -> bool:
+    """Whether resolver ``name`` reads a context (question + answer) beside the quotes."""
+    return bool(getattr(RESOLVERS.get(name), "uses_context", False))
 
 
 def make_quote_encoder(cached: CachedDoc, name: str | None = None, embed_url: str | None = None):
@@ -168,6 +224,7 @@ def quote_encoder(cached: CachedDoc, encoder=None):
 
 
 @RESOLVERS.register("embedding")
+@_flags(encoder=True)
 def _embedding_scores(quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, encoder) -> np.ndarray:
     encoder = quote_encoder(cached, encoder)
     q = np.asarray(encoder.embed_texts(list(quotes)), dtype=np.float32)
@@ -195,10 +252,12 @@ def _lexical_scores(quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, e
 
 def bm25_scores(queries: Sequence[Sequence[str]], docs: Sequence[Sequence[str]], k1: float = BM25_K1,
                 b: float = BM25_B) -> np.ndarray:  # fmt: skip
-    """Okapi BM25 of each tokenised query against each tokenised document, ``(len(queries), len(docs))``.
+    """BM25 with Lucene's IDF (the ``bm25_lucene`` resolver) of each tokenised query against each tokenised
+    document, ``(len(queries), len(docs))``.
 
     IDF is Lucene's ``ln(1 + (N - df + 0.5) / (df + 0.5))``: positive for every term, including one that occurs in
-    half or more of the documents (where Okapi's IDF is zero or negative).
+    half or more of the documents (where Okapi's IDF is zero or negative). The ``bm25`` resolver is plain Okapi
+    from ``rank_bm25`` (:func:`okapi_scores`).
 
     >>> s = bm25_scores([["cat"]], [["cat"], ["dog"]])
     >>> bool(s[0, 0] > s[0, 1] == 0.0)
@@ -225,10 +284,61 @@ def bm25_scores(queries: Sequence[Sequence[str]], docs: Sequence[Sequence[str]],
     return out
 
 
+def okapi_scores(queries: Sequence[Sequence[str]], cached: CachedDoc, ids: np.ndarray) -> np.ndarray:
+    """Okapi BM25 (:class:`rank_bm25.BM25Okapi`) of each tokenised query against the blocks ``ids`` of ``cached``,
+    with the candidates as the collection, ``(len(queries), len(ids))``."""
+    out = np.zeros((len(queries), len(ids)), dtype=np.float32)
+    if not len(ids):
+        return out
+    index = _text_index(cached)
+    bm = index.okapi(ids)
+    if bm is None:
+        return out
+    positions = list(range(len(ids)))
+    for i, query in enumerate(queries):
+        if query:
+            out[i] = np.asarray(bm.get_batch_scores(list(query), positions), dtype=np.float32)
+    return out
+
+
 @RESOLVERS.register("bm25")
 def _bm25_scores(quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, encoder) -> np.ndarray:
+    return okapi_scores([tokenize(q) for q in quotes], cached, ids)
+
+
+@RESOLVERS.register("bm25_lucene")
+def _bm25_lucene_scores(quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, encoder) -> np.ndarray:
     index = _text_index(cached)
     return bm25_scores([tokenize(q) for q in quotes], [index.tokens[i] for i in ids])
+
+
+def _rrf(scores: np.ndarray, weight: float, only_positive: bool) -> np.ndarray:
+    """``weight / (FUSED_K + rank)`` per entry of each row (rank 1 = best; equal scores share the best rank of
+    their tie, so a tie stays a tie); entries that are not positive get 0 when ``only_positive``."""
+    ranks = np.empty(scores.shape, dtype=np.float64)
+    for i, row in enumerate(scores):
+        desc = np.sort(-row)
+        ranks[i] = np.searchsorted(desc, -row, side="left") + 1
+    out = weight / (FUSED_K + ranks)
+    if only_positive:
+        out[scores <= 0] = 0.0
+    return out
+
+
+@RESOLVERS.register("fused")
+@_flags(encoder=True, context=True)
+def _fused_scores(
+    quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, encoder, context: str | None = None
+) -> np.ndarray:
+    texts = list(quotes) + ([context] if context and context.strip() else [])
+    emb = np.asarray(_embedding_scores(texts, cached, ids, encoder), dtype=np.float64)
+    lex = np.asarray(okapi_scores([tokenize(t) for t in texts], cached, ids), dtype=np.float64)
+    n = len(quotes)
+    fused = _rrf(emb[:n], 1.0, False) + _rrf(lex[:n], 1.0, True)
+    if len(texts) > n:
+        ctx = _rrf(emb[n:], FUSED_CONTEXT_WEIGHT, False) + _rrf(lex[n:], FUSED_CONTEXT_WEIGHT, True)
+        fused = fused + ctx  # one row, the same for every quote
+    return fused.astype(np.float32)
 
 
 def resolver_names() -> list[str]:
@@ -243,14 +353,17 @@ def similarity_matrix(
     resolver: str = "embedding",
     encoder=None,
     pages: tuple[int, int] | None = None,
+    context: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(S, block_ids)``: ``S[i, j]`` scores quote ``i`` against block ``block_ids[j]`` (the candidates of the
-    1-based inclusive page window ``pages``, or all blocks). ``S`` is float32 ``(len(quotes), len(block_ids))``."""
+    1-based inclusive page window ``pages``, or all blocks). ``S`` is float32 ``(len(quotes), len(block_ids))``.
+    ``context`` (the question and the policy's answer) is read only by resolvers that use one (``fused``)."""
     scorer = RESOLVERS.get(resolver)
     ids = np.asarray(cached.block_ids_on_pages(pages), dtype=np.int64)
     if not len(quotes) or not len(ids):
         return np.zeros((len(quotes), len(ids)), dtype=np.float32), ids
-    s = np.asarray(scorer(list(quotes), cached, ids, encoder), dtype=np.float32)
+    kwargs = {"context": context} if getattr(scorer, "uses_context", False) else {}
+    s = np.asarray(scorer(list(quotes), cached, ids, encoder, **kwargs), dtype=np.float32)
     if s.shape != (len(quotes), len(ids)):
         raise RuntimeError(f"resolver {resolver} returned shape {s.shape}, expected {(len(quotes), len(ids))}")
     return np.nan_to_num(s, nan=-1.0), ids
@@ -283,10 +396,13 @@ def resolve_quotes(
     encoder=None,
     pages: tuple[int, int] | None = None,
     threshold: float | None = None,
+    context: str | None = None,
 ) -> list[Citation]:
     """Citations for ``quotes`` in quote order, each quote resolved to a block of the window ``pages``
-    (1-based inclusive; None = whole document). Citations with similarity below ``threshold`` are dropped."""
-    sim, ids = similarity_matrix(quotes, cached, resolver=resolver, encoder=encoder, pages=pages)
+    (1-based inclusive; None = whole document, the paper's rule). Citations with similarity below ``threshold``
+    are dropped. Repeated quotes are separate quotes: the assignment gives them distinct blocks. ``context``: see
+    :func:`similarity_matrix`."""
+    sim, ids = similarity_matrix(quotes, cached, resolver=resolver, encoder=encoder, pages=pages, context=context)
     out = []
     for i, j in enumerate(assign(sim)):
         s = float(sim[i, j])

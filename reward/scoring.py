@@ -4,11 +4,25 @@ Reward forms (registry :data:`REWARD_FORMS`; ``a``, ``r``, ``c`` are the judge's
 
 * ``gated`` (default): ``R = (a/5) * (r + c)/10``, in [0, 1]. The paper's Eq. 2 is described (multiplicative, so
   evidence counts only when the answer is right; the two evidence scores summed to keep within-group variance)
-  but its exact formula is not public. This is the simplest form with both properties: a wrong answer earns
-  nothing whatever it cites (the case Attribution Hallucination is about, so the policy cannot farm evidence
-  credit with wrong answers), and summing ``r + c`` gives 11 evidence levels instead of the 6 of either alone,
-  so a GRPO group of correct answers still has a spread to normalise. Not public means not verified: keep it
-  configurable and compare.
+  but its exact formula is not public. This is the simplest form with both properties, read as a *soft* gate:
+  the answer score scales the evidence credit, so a wrong answer (``a = 0``) earns nothing whatever it cites (the
+  case Attribution Hallucination is about), and summing ``r + c`` gives 11 evidence levels instead of the 6 of
+  either alone, so a GRPO group of correct answers still has a spread to normalise. A mostly wrong answer keeps
+  partial credit: ``a = 1, r = c = 5`` gives 0.2. Not public means not verified: keep it configurable and compare.
+* ``hard_gate``: ``R = (a/5) * (r + c)/10`` when the answer is *correct*, ``a >= correct_at`` (weight, default 4:
+  the judge metrics' rule, Ans >= 4, for SAA and AH), else 0. The other reading of "evidence scores contribute
+  only when the answer is already correct": evidence earns nothing for a partly right answer (``a = 1, r = c = 5``
+  gives 0; ``a = 3`` too). Above the gate it equals ``gated``, so the two differ only in the gate.
+* ``precision`` (beyond the paper): ``R = gated * (1 - penalty * (1 - P))`` with ``P`` = relevant citations /
+  citations (:class:`CitedEvidence`). A citation is relevant when the judge's per-crop list marks its crop
+  relevant (``crop_relevance`` in the judge's reply, :mod:`reward.judge`); a citation that repeats an earlier
+  one (same block, or the same quote text) and a citation the judge never saw (beyond ``max_crops``) never are.
+  The paper's GRPO model bought recall with 4.6 citations per answer at 26.5 precision; ``gated`` pays nothing
+  for restraint (a correct citation plus three irrelevant ones loses only what the judge's ``r`` loses), this
+  form charges each extra block: one correct citation alone gets ``gated``, the same plus three irrelevant ones
+  at most ``gated * (1 - 0.75 penalty)``. ``penalty`` in [0, 1] (default 0.5; 1 multiplies by ``P``). When the
+  judge returns no per-crop list (an older prompt, the lexical judge) only repeats are charged, and the reward
+  counts it (``judge_no_crop_relevance``).
 * ``additive``: ``R = w_answer * a/5 + w_evidence * (r + c)/10`` (weights ``answer``, ``evidence``; default 0.5
   each). Evidence earns credit even for a wrong answer, which rewards attribution-hallucination's mirror image
   (good evidence, wrong answer); an ablation, not the recipe.
@@ -22,22 +36,56 @@ retries) gets the mean reward of the scorable responses of its group in the same
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from data_prep.registry import Registry
 from data_prep.types import InputError
 from reward.judge import SCORE_MAX, JudgeScores
 
-ScoreFn = Callable[[JudgeScores, Mapping[str, float]], float]
+ScoreFn = Callable[..., float]
+"""``fn(scores, weights)``; a form with ``uses_evidence`` is called ``fn(scores, weights, evidence)``."""
+
+
+@dataclass(frozen=True)
+class CitedEvidence:
+    """What the ``precision`` form counts about one response's citations.
+
+    Attributes:
+        n_cited: citations kept (after the abstention threshold).
+        n_repeats: citations that repeat an earlier one: the same block, or the same quote text.
+        n_relevant: crops the judge marked relevant (its ``crop_relevance`` list); None when the judge gave no list.
+    """
+
+    n_cited: int
+    n_repeats: int = 0
+    n_relevant: int | None = None
+
+    @property
+    def precision(self) -> float:
+        """Relevant citations / citations, in [0, 1] (1 without citations: nothing to charge). Without a judge list
+        every citation that is not a repeat counts as relevant.
+
+        >>> CitedEvidence(4, 0, 1).precision, CitedEvidence(2, 1, None).precision, CitedEvidence(0).precision
+        (0.25, 0.5, 1.0)
+        """
+        if self.n_cited <= 0:
+            return 1.0
+        distinct = self.n_cited - self.n_repeats
+        relevant = distinct if self.n_relevant is None else min(self.n_relevant, distinct)
+        return max(0, relevant) / self.n_cited
 
 
 @dataclass(frozen=True)
 class RewardForm:
-    """A reward formula with its weight names and defaults."""
+    """A reward formula with its weight names, defaults and allowed ranges."""
 
     name: str
     fn: ScoreFn
     default_weights: Mapping[str, float]
+    bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    """Allowed ``(low, high)`` per weight (default: >= 0)."""
+    uses_evidence: bool = False
+    """The formula reads :class:`CitedEvidence` (the pipeline passes it)."""
 
     def weights(self, given: Mapping[str, float] | None) -> dict[str, float]:
         """Defaults overridden by ``given``; unknown weight names raise :class:`InputError`."""
@@ -49,18 +97,29 @@ class RewardForm:
         out = {**self.default_weights, **{k: float(v) for k, v in given.items()}}
         if any(v < 0 for v in out.values()):
             raise InputError(f"reward form {self.name!r}: weights must be >= 0, got {out}")
+        for k, (lo, hi) in self.bounds.items():
+            if not lo <= out[k] <= hi:
+                raise InputError(
+                    f"reward form {self.name!r}: weight {k!r} must be in [{lo:g}, {hi:g}], got {out[k]:g}"
+                )
         return out
 
-    def __call__(self, scores: JudgeScores, weights: Mapping[str, float] | None = None) -> float:
+    def __call__(
+        self, scores: JudgeScores, weights: Mapping[str, float] | None = None, evidence: CitedEvidence | None = None
+    ) -> float:
+        if self.uses_evidence:
+            if evidence is None:
+                raise ValueError(f"reward form {self.name!r} needs the response's CitedEvidence")
+            return float(self.fn(scores, self.weights(weights), evidence))
         return float(self.fn(scores, self.weights(weights)))
 
 
 REWARD_FORMS: Registry[RewardForm] = Registry("reward form")
 
 
-def _register(name: str, default_weights: Mapping[str, float]):
+def _register(name: str, default_weights: Mapping[str, float], bounds=None, uses_evidence: bool = False):
     def deco(fn: ScoreFn) -> ScoreFn:
-        form = RewardForm(name, fn, dict(default_weights))
+        form = RewardForm(name, fn, dict(default_weights), dict(bounds or {}), uses_evidence)
         REWARD_FORMS.register(name)(lambda: form)
         return fn
 
@@ -79,6 +138,35 @@ def gated(s: JudgeScores, w: Mapping[str, float]) -> float:
     return (s.answer / SCORE_MAX) * (s.relevance + s.coverage) / (2 * SCORE_MAX)
 
 
+CORRECT_AT = 4
+"""``hard_gate``'s default threshold: an answer is correct when the judge's answer score is at least this (the
+rule of the judge metrics: SAA and AH count Ans >= 4 as correct)."""
+
+
+@_register("hard_gate", {"correct_at": float(CORRECT_AT)}, bounds={"correct_at": (0.0, float(SCORE_MAX))})
+def hard_gate(s: JudgeScores, w: Mapping[str, float]) -> float:
+    """``(a/5) * (r + c)/10`` if ``a >= correct_at`` else 0.
+
+    >>> hard_gate(JudgeScores(1, 5, 5), {"correct_at": 4}), gated(JudgeScores(1, 5, 5), {})
+    (0.0, 0.2)
+    >>> hard_gate(JudgeScores(4, 5, 3), {"correct_at": 4}) == gated(JudgeScores(4, 5, 3), {})
+    True
+    """
+    return gated(s, w) if s.answer >= w["correct_at"] else 0.0
+
+
+@_register("precision", {"penalty": 0.5}, bounds={"penalty": (0.0, 1.0)}, uses_evidence=True)
+def precision(s: JudgeScores, w: Mapping[str, float], e: CitedEvidence) -> float:
+    """``gated * (1 - penalty * (1 - P))``, ``P`` = :attr:`CitedEvidence.precision`.
+
+    >>> precision(JudgeScores(5, 5, 5), {"penalty": 0.5}, CitedEvidence(1, 0, 1))
+    1.0
+    >>> precision(JudgeScores(5, 5, 5), {"penalty": 0.5}, CitedEvidence(4, 0, 1))
+    0.625
+    """
+    return gated(s, w) * (1.0 - w["penalty"] * (1.0 - e.precision))
+
+
 @_register("additive", {"answer": 0.5, "evidence": 0.5})
 def additive(s: JudgeScores, w: Mapping[str, float]) -> float:
     """``w_answer * a/5 + w_evidence * (r + c)/10``."""
@@ -89,6 +177,13 @@ def additive(s: JudgeScores, w: Mapping[str, float]) -> float:
 def answer_only(s: JudgeScores, w: Mapping[str, float]) -> float:
     """``a/5``."""
     return s.answer / SCORE_MAX
+
+
+@_register("lat", {"format": 1.0, "accuracy": 1.0, "step": 1.0, "ground": 1.0})
+def lat(s: JudgeScores, w: Mapping[str, float]) -> float:
+    """LAT's Chain-of-Evidence reward: computed from the response by :mod:`reward.lat` (the plugin routes it
+    there), never from judge scores. Its weights scale LAT's four terms (unit weights, as LAT sums them)."""
+    raise InputError("reward form 'lat' is scored by reward.lat from the response, not from judge scores")
 
 
 def get_reward_form(name: str) -> RewardForm:
@@ -111,6 +206,9 @@ class RewardBreakdown:
         mean_similarity: mean similarity of the kept citations (0 when none), in the resolver's units.
         unscorable: 1 when the judge failed after retries and the reward is the group mean, else 0.
         judge_s: wall-clock seconds of the batch's judge phase (the same for every response of a batch).
+        keep: the key of EasyR1's online filter (``algorithm.filter_key: keep``): the group's mean reward when the
+            rewards of its scored members differ, :data:`KEEP_DROP` when they are all equal (zero variance: every
+            advantage would be 0) or none is known (all unscorable). See :mod:`reward.pipeline`.
     """
 
     overall: float
@@ -123,9 +221,13 @@ class RewardBreakdown:
     mean_similarity: float
     unscorable: float
     judge_s: float
+    keep: float = -1.0
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items()}
 
 
 BREAKDOWN_KEYS: tuple[str, ...] = tuple(RewardBreakdown.__dataclass_fields__)
+
+KEEP_DROP = -1.0
+"""``keep`` of a group that must not train: below any keep band in [0, 1], so EasyR1's filter drops it."""

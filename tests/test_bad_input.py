@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from reportlab.pdfgen import canvas
 
@@ -201,3 +202,35 @@ def test_bad_pdf_after_a_good_one_keeps_the_good_entry_and_nothing_else(sample_p
     (record,) = [json.loads(line) for line in res.stdout.splitlines()]
     assert record["pdf"] == str(sample_pdf)
     assert_nothing_half_written(cache, keep=[record["doc_key"]])
+
+
+# ---------------------------------------------------------------------------------------------- crops of huge pages
+def test_crop_of_a_block_on_a_200000_pt_page_is_bounded(tmp_path):
+    from data_prep.document import DEFAULT_CROP_DPI, MAX_CROP_PIXELS, Document
+
+    pdf = tmp_path / "poster.pdf"
+    c = canvas.Canvas(str(pdf), pagesize=(200_000, 200_000), invariant=1)
+    c.setFont("Helvetica", 2000)
+    c.drawString(1000, 100_000, "Huge poster text")
+    c.showPage()
+    c.save()
+    with Document.open(pdf) as doc:
+        whole = doc.crop(1, (0, 0, 200_000, 200_000))  # 2.9 GB of RGB at 150 dpi without the bound
+        assert whole.size[0] * whole.size[1] <= MAX_CROP_PIXELS
+        assert whole.size == pytest.approx((2000, 2000), abs=2)  # aspect ratio kept
+        # The text block itself: bounded, and the glyphs are in it (the lower dpi still shows them).
+        block = doc.crop(1, (1000, 98_000, 19_000, 100_500))
+        assert block.size[0] * block.size[1] <= MAX_CROP_PIXELS
+        assert np.asarray(block.convert("L")).min() < 100
+    # A crop that fits keeps the requested resolution exactly.
+    with Document.open(pdf) as doc:
+        small = doc.crop(1, (1000, 1000, 1072, 1036))
+        assert small.size == pytest.approx((72 * DEFAULT_CROP_DPI / 72, 36 * DEFAULT_CROP_DPI / 72), abs=1)
+
+
+def test_crop_with_non_finite_box_is_an_input_error(sample_pdf):
+    from data_prep.document import Document
+    from data_prep.types import InputError
+
+    with Document.open(sample_pdf) as doc, pytest.raises(InputError, match="not 4 finite numbers"):
+        doc.crop(1, (10, 10, float("inf"), 50))

@@ -7,6 +7,7 @@ output file (``JsonBlocksParser``) and be slow enough for two processes to overl
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing as mp
 import os
@@ -366,3 +367,219 @@ def test_two_processes_building_the_same_document_share_one_valid_entry(pdf, tmp
     assert list_cache(cache_dir) == [r1["key"]]
     assert len(load_cache(cache_dir, r1["key"]).blocks) == 2
     assert leftovers(cache_dir) == []
+
+
+# ---------------------------------------------------------------------------------------------- issue 10: silent damage
+def _set_manifest(path: Path, **changes) -> None:
+    m = json.loads((path / "manifest.json").read_text())
+    m.update(changes)
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+def _rehash_manifest(path: Path, **changes) -> None:
+    """Edit the manifest *and* recompute its content checksum, as a careful forger would."""
+    from data_prep.cache import manifest_content_sha256
+
+    m = json.loads((path / "manifest.json").read_text())
+    m.update(changes)
+    m["content_sha256"] = manifest_content_sha256(m)
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+def _embeddings_all_nan(path: Path) -> None:
+    arr = np.load(path / "embeddings.npy")
+    np.save(path / "embeddings.npy", np.full_like(arr, np.nan))
+
+
+def _embeddings_nan_and_manifest_rehashed(path: Path) -> None:
+    from data_prep.document import sha256_file
+
+    _embeddings_all_nan(path)
+    _rehash_manifest(path, embeddings_sha256=sha256_file(path / "embeddings.npy"))
+
+
+def _embeddings_rows_reversed(path: Path) -> None:
+    arr = np.load(path / "embeddings.npy")
+    np.save(path / "embeddings.npy", arr[::-1].copy())
+
+
+def _embeddings_zero_bytes(path: Path) -> None:
+    (path / "embeddings.npy").write_bytes(b"")
+
+
+def _manifest_without_embeddings_hash(path: Path) -> None:
+    m = json.loads((path / "manifest.json").read_text())
+    del m["embeddings_sha256"]
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+def _manifest_page_count_edited(path: Path) -> None:
+    _set_manifest(path, n_pages=3)
+
+
+def _manifest_page_count_and_sizes_edited(path: Path) -> None:
+    m = json.loads((path / "manifest.json").read_text())
+    _set_manifest(path, n_pages=3, page_sizes=m["page_sizes"] + [[400.0, 300.0]])
+
+
+def _manifest_page_count_cut_and_rehashed(path: Path) -> None:
+    m = json.loads((path / "manifest.json").read_text())
+    _rehash_manifest(path, n_pages=1, page_sizes=m["page_sizes"][:1])
+
+
+def _manifest_page_size_edited(path: Path) -> None:
+    _set_manifest(path, page_sizes=[[400.0, 300.0], [800.0, 300.0]])
+
+
+@pytest.mark.parametrize(
+    "damage, file, message",
+    [
+        (_embeddings_all_nan, "embeddings.npy", "does not match the manifest"),  # every quote would land on block 0
+        (_embeddings_nan_and_manifest_rehashed, "embeddings.npy", "rows hold NaN or infinite values"),
+        (_embeddings_rows_reversed, "embeddings.npy", "does not match the manifest"),  # citations on wrong blocks
+        (_embeddings_zero_bytes, "embeddings.npy", "unreadable or truncated (empty file)"),  # was an EOFError
+        (_manifest_without_embeddings_hash, "manifest.json", "manifest lacks embeddings_sha256"),  # older entry
+        (_manifest_page_count_edited, "manifest.json", "n_pages is 3 but it lists 2 page sizes"),
+        (_manifest_page_count_and_sizes_edited, "manifest.json", "does not match its content_sha256"),
+        (_manifest_page_count_cut_and_rehashed, "manifest.json", "n_pages is 1 but blocks.jsonl has blocks on page 2"),
+        (_manifest_page_size_edited, "manifest.json", "does not match its content_sha256"),
+    ],
+)
+def test_silently_damaged_entry_is_refused_on_load_and_replaced_by_a_rebuild(
+    pdf, pdftext, minilm, tmp_path, damage, file, message
+):
+    entry = build_cache(pdf, pdftext, minilm, tmp_path)
+    before = np.array(entry.embeddings)
+    damage(entry.path)
+    with pytest.raises(CacheError) as err:
+        load_cache(tmp_path, entry.key)
+    msg = str(err.value)
+    assert msg.startswith(str(entry.path / file)) and message in msg and "\n" not in msg
+    rebuilt = build_cache(pdf, pdftext, minilm, tmp_path)  # no force: the failed check makes it rebuild
+    assert rebuilt.key == entry.key and rebuilt.blocks == entry.blocks
+    np.testing.assert_array_equal(load_cache(tmp_path, entry.key).embeddings, before)
+    assert load_cache(tmp_path, entry.key).n_pages == 2
+    assert leftovers(tmp_path) == []
+
+
+def test_page_count_edited_consistently_is_caught_against_the_pdf(pdf, pdftext, tmp_path):
+    entry = build_cache(pdf, pdftext, None, tmp_path)
+    m = entry.manifest
+    _rehash_manifest(entry.path, n_pages=3, page_sizes=m["page_sizes"] + [[400.0, 300.0]])
+    cached = load_cache(tmp_path, entry.key)  # self-consistent now; the PDF itself says otherwise
+    with pytest.raises(CacheError, match=r"says 3 pages but .*report\.pdf has 2"):
+        cached.open_pdf()
+
+
+def test_manifest_records_checksums_of_both_files(pdf, pdftext, minilm, tmp_path):
+    from data_prep.cache import manifest_content_sha256
+    from data_prep.document import sha256_file
+
+    entry = build_cache(pdf, pdftext, minilm, tmp_path)
+    m = entry.manifest
+    assert m["embeddings_sha256"] == sha256_file(entry.path / "embeddings.npy")
+    assert m["blocks_sha256"] == sha256_file(entry.path / "blocks.jsonl")
+    assert m["content_sha256"] == manifest_content_sha256(m)
+    assert build_cache(pdf, pdftext, None, tmp_path / "b").manifest["embeddings_sha256"] is None
+
+
+# ---------------------------------------------------------------------------------------------- read-only, locks, ENOSPC
+def _refuse_writes_under(monkeypatch, root: Path, err: int = errno.EROFS) -> None:
+    """Every create/write/mkdir/rename under ``root`` fails with ``err``, as on a read-only mount (tests run as
+    root, for whom chmod does not stop writes)."""
+    real_open, real_mkdir, real_rename = os.open, os.mkdir, os.rename
+    root = str(root)
+
+    def inside(p) -> bool:
+        return str(os.path.abspath(os.fspath(p))).startswith(root)
+
+    def guarded_open(path, flags, *a, **k):
+        if inside(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(err, os.strerror(err), str(path))
+        return real_open(path, flags, *a, **k)
+
+    def guarded_mkdir(path, *a, **k):
+        if inside(path):
+            raise OSError(err, os.strerror(err), str(path))
+        return real_mkdir(path, *a, **k)
+
+    def guarded_rename(src, dst, *a, **k):
+        if inside(dst):
+            raise OSError(err, os.strerror(err), str(dst))
+        return real_rename(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "open", guarded_open)
+    monkeypatch.setattr(os, "mkdir", guarded_mkdir)
+    monkeypatch.setattr(os, "rename", guarded_rename)
+
+
+def test_read_only_cache_serves_its_valid_entry(pdf, pdftext, minilm, tmp_path, monkeypatch):
+    entry = build_cache(pdf, pdftext, minilm, tmp_path / "cache")
+    _refuse_writes_under(monkeypatch, tmp_path / "cache")
+    again = build_cache(pdf, pdftext, minilm, tmp_path / "cache")
+    assert again.key == entry.key and again.manifest["created"] == entry.manifest["created"]
+    # A missing entry in a read-only cache is still a clear error.
+    with pytest.raises(InputError, match="is not writable"):
+        build_cache(pdf, pdftext, None, tmp_path / "cache")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_cache_dir_by_permissions_serves_its_valid_entry(pdf, pdftext, tmp_path):
+    entry = build_cache(pdf, pdftext, None, tmp_path / "cache")
+    os.chmod(tmp_path / "cache", 0o555)
+    try:
+        assert build_cache(pdf, pdftext, None, tmp_path / "cache").key == entry.key
+    finally:
+        os.chmod(tmp_path / "cache", 0o755)
+
+
+def test_no_lock_file_is_left_after_a_build_or_a_failed_one(pdf, pdftext, tmp_path):
+    build_cache(pdf, pdftext, None, tmp_path)
+    with pytest.raises(RuntimeError, match="GPU fell off the bus"):
+        build_cache(pdf, pdftext, FailingEncoder(), tmp_path)
+    with pytest.raises(InputError):
+        build_cache(pdf, JsonBlocksParser(), None, tmp_path, parser_output=tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"block_id": 0, "page": 9, "bbox": [1, 1, 5, 5], "type": "text", "text": "x"}]))
+    with pytest.raises(InputError, match="on page 9"):
+        build_cache(pdf, JsonBlocksParser(), None, tmp_path, parser_output=bad)
+    assert not (tmp_path / ".locks").exists() or list((tmp_path / ".locks").iterdir()) == []
+    assert leftovers(tmp_path) == []
+
+
+def _enospc_after(monkeypatch, n_bytes: int) -> None:
+    """Writes of cache files fail with ENOSPC once ``n_bytes`` of them have gone out (a disk filling up)."""
+    import data_prep.cache as cache_mod
+
+    real = cache_mod._write_file
+    written = [0]
+
+    def full_disk(path: Path, data: bytes) -> None:
+        room = max(0, n_bytes - written[0])
+        if len(data) > room:
+            real(path, data[:room])  # what fitted is on disk, like a real short write
+            written[0] += room
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        written[0] += len(data)
+        real(path, data)
+
+    monkeypatch.setattr(cache_mod, "_write_file", full_disk)
+
+
+@pytest.mark.parametrize("fails_on", ["blocks.jsonl", "embeddings.npy", "manifest.json"])
+def test_full_disk_during_a_build_is_one_line_and_keeps_the_old_entry(
+    pdf, pdftext, minilm, tmp_path, monkeypatch, fails_on
+):
+    from data_prep.io import OutputError
+
+    old = build_cache(pdf, pdftext, minilm, tmp_path)
+    sizes = [(old.path / f).stat().st_size for f in ("blocks.jsonl", "embeddings.npy")]
+    room = {"blocks.jsonl": 10, "embeddings.npy": sizes[0] + 10, "manifest.json": sum(sizes) + 10}[fails_on]
+    _enospc_after(monkeypatch, room)
+    with pytest.raises(OutputError) as err:
+        build_cache(pdf, pdftext, minilm, tmp_path, force=True)
+    msg = str(err.value)
+    assert msg.startswith(f"{tmp_path}: cannot write the cache entry of {pdf}: no space left on the device")
+    assert "\n" not in msg
+    assert load_cache(tmp_path, old.key).manifest["created"] == old.manifest["created"]  # the old entry is intact
+    assert leftovers(tmp_path) == [] and not list(tmp_path.glob(".locks/*"))

@@ -116,7 +116,8 @@ def test_verification_filter_keeps_true_annotations_and_catches_swapped_boxes(wo
     pdf_dir, blocks, sizes = world
     rows, funnel = convert_raw(records(blocks, sizes), pdf_dir)
     assert dict(funnel) == {"records": 8, "not single-doc": 1, "unreadable PDF": 2, "pages out of range": 1,
-                            "text mismatch": 2, "kept": 2, "verified": 1, "unverifiable": 1}  # fmt: skip
+                            "text mismatch": 2, "kept": 2, "verified": 1, "unverifiable": 1,
+                            "untyped": 2}  # fmt: skip
     by = {r["index"]: r for r in rows}
     assert sorted(by) == [1, 7]
     r1 = by[1]
@@ -125,7 +126,7 @@ def test_verification_filter_keeps_true_annotations_and_catches_swapped_boxes(wo
     page, *box = r1["gt_necessary"][0]
     assert page == blocks[0].page
     assert box == pytest.approx(list(blocks[0].bbox), abs=1.0)  # the 0-1000 grid costs under a point
-    assert r1["gt_types"] == ["text"]
+    assert "gt_types" not in r1  # its annotation names no type: left out of Table 7, never guessed as text
     assert by[7]["alignment"] == "unverifiable" and by[7]["language"] == "zh"
     text = format_funnel(funnel)
     assert "text mismatch: 2" in text and "kept: 2" in text and "(verified 1, unverifiable 1)" in text
@@ -154,7 +155,7 @@ def test_rehydrating_the_release_converts_pixels_back_to_points(world):
     citevqa = [{"index": i, "Question": f"q{i}", "Answer": f"a{i}"} for i in (1, 3, 4, 5)]
     rows, funnel = rehydrate(release, citevqa, pdf_dir)
     assert dict(funnel) == {"records": 5, "not in CiteVQA download": 1, "unreadable PDF": 1, "pages out of range": 1,
-                            "box outside page": 1, "kept": 1, "verified": 1}  # fmt: skip
+                            "box outside page": 1, "kept": 1, "verified": 1, "untyped": 1}  # fmt: skip
     (r,) = rows
     assert (r["question"], r["answer"], r["qtype"]) == ("q1", "a1", "Factual Retrieval")
     assert r["gt_necessary"][0][1:] == pytest.approx(list(b.bbox), abs=0.2)
@@ -165,8 +166,10 @@ def test_citevqa_command_writes_gold_and_funnel(world, tmp_path, capsys):
     src = tmp_path / "CiteVQA.json"
     src.write_text(json.dumps(records(blocks, sizes)))
     out = tmp_path / "gold.jsonl"
-    assert cli_main("data_prep", "", COMMANDS, ["citevqa", "--citevqa", str(src), "--pdf-dir", str(pdf_dir),
-                                                "--out", str(out)]) == 0  # fmt: skip
+    argv = ["citevqa", "--citevqa", str(src), "--pdf-dir", str(pdf_dir), "--out", str(out)]
+    assert cli_main("data_prep", "", COMMANDS, argv) == 2  # byte verification needs CiteVQA's PDF list
+    assert "pdf_source.csv" in capsys.readouterr().err and not out.exists()
+    assert cli_main("data_prep", "", COMMANDS, [*argv, "--no-byte-check"]) == 0
     printed = capsys.readouterr().out
     assert "unreadable PDF: 2" in printed and "wrote 2 gold records" in printed
     assert [g.index for g in read_gold(out)] == [1, 7]
@@ -192,3 +195,100 @@ def test_evidence_from_answer_bboxes_tags_is_read_y_first_and_stripped_from_the_
     # Read x-first, the same tag is another box entirely.
     rows_xy, _ = convert_raw([rec], pdf_dir, CiteVQAFields(tag_order="xyxy"))
     assert rows_xy[0]["gt_necessary"][0][1:] != pytest.approx(list(b.bbox), abs=1.0)
+
+
+# ---------------------------------------------------------------------------------------------- byte verification
+def _pdf_source(path, rows):
+    lines = ["track_id,content_length,language_label,page_count,url,domain_label_en,sub_domain_label_en"]
+    lines += [f"{stem},{size},en,{pages},http://example.org/{stem}.pdf,x,y" for stem, size, pages in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_byte_verification_drops_pdfs_of_another_version_and_the_option_keeps_them(world, tmp_path, capsys):
+    # Issue 12, difference 5h (paper Appendix B: 16 questions "cannot be byte-verified").
+    from data_prep.citevqa import load_pdf_source
+
+    pdf_dir, blocks, sizes = world
+    size = (pdf_dir / "multi_page.pdf").stat().st_size
+    n_pages = len(sizes)
+    recs = records(blocks, sizes)
+    with Document.open(pdf_dir / "small_ocr.pdf") as d:
+        ocr = ("small_ocr", (pdf_dir / "small_ocr.pdf").stat().st_size, d.n_pages)
+    for listed, kept in (
+        ([("multi_page", size, n_pages), ocr], [1, 7]),
+        ([("multi_page", size + 1, n_pages)], []),  # another size: not the annotated file; small_ocr unlisted
+        ([("multi_page", size, n_pages + 1)], []),  # another page count
+    ):
+        sources = load_pdf_source(_pdf_source(tmp_path / "src.csv", listed))
+        rows, funnel = convert_raw(recs, pdf_dir, sources=sources)
+        assert [r["index"] for r in rows] == kept, listed
+        assert funnel["not byte-verified"] == 2 - len(kept)
+    rows, funnel = convert_raw(recs, pdf_dir)  # no list: the earlier behaviour
+    assert [r["index"] for r in rows] == [1, 7] and funnel["not byte-verified"] == 0
+    # The CLI finds the list beside CiteVQA's data/ folder and prints the step.
+    data = tmp_path / "CiteVQA" / "data"
+    (data / "validation").mkdir(parents=True)
+    (data / "download").mkdir()
+    src = data / "validation" / "CiteVQA.json"
+    src.write_text(json.dumps(recs))
+    _pdf_source(data / "download" / "pdf_source.csv", [("multi_page", size + 1, n_pages)])
+    out = tmp_path / "gold.jsonl"
+    assert cli_main("data_prep", "", COMMANDS, ["citevqa", "--citevqa", str(src), "--pdf-dir", str(pdf_dir),
+                                                "--out", str(out)]) == 0  # fmt: skip
+    assert "not byte-verified: 2" in capsys.readouterr().out and out.read_text() == ""
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(InputError, match="expected CiteVQA's pdf_source.csv"):
+        load_pdf_source(tmp_path / "bad.csv")
+
+
+# ---------------------------------------------------------------------------------------------- element types
+def test_release_path_gets_gt_types_from_the_records_annotations_or_the_parsed_blocks(world, tmp_path):
+    # Issue 12, difference 5g: Table 7 from the release path.
+    from data_prep.cache import build_cache
+    from data_prep.citevqa import BlockTypes
+
+    pdf_dir, blocks, sizes = world
+    b0, b1 = blocks[0], blocks[3]
+
+    def px(b):
+        w, h = sizes[b.page - 1]
+        s = math.sqrt(1_000_000 / (w * h))
+        return [b.page, *(round(v * s, 1) for v in b.bbox)]
+
+    release = [{"index": 1, "pdf_stem": "multi_page", "gt_necessary": [px(b0), px(b1)], "gt_all": [px(b0), px(b1)]}]
+    typed = [
+        {
+            "index": 1,
+            "Question": "q",
+            "Answer": "a",
+            "evidence": [{**ev(b0, sizes), "type": "table_caption"}, {**ev(b1, sizes), "type": "paragraph"}],
+        }
+    ]
+    rows, funnel = rehydrate(release, typed, pdf_dir)
+    assert rows[0]["gt_types"] == ["table", "text"] and funnel["untyped"] == 0
+    # Without types in the record, and no block cache: no gt_types (the earlier output), counted.
+    rows, funnel = rehydrate(release, [{"index": 1, "Question": "q", "Answer": "a"}], pdf_dir)
+    assert "gt_types" not in rows[0] and funnel["untyped"] == 1
+    assert "1 kept without gt_types" in format_funnel(funnel)
+    # With a block cache: the most-overlapping parsed block's type.
+
+    class Fixed:
+        name = "fixed"
+
+        def version(self):
+            return "types-test-1"
+
+        def parse(self, doc, output=None):
+            from data_prep.types import Block
+
+            return [
+                Block(0, b0.page, b0.bbox, "figure_caption", b0.text),
+                Block(1, b1.page, b1.bbox, "title", b1.text),
+            ]
+
+    cache_dir = tmp_path / "cache"
+    build_cache(pdf_dir / "multi_page.pdf", Fixed(), None, cache_dir)
+    rows, _ = rehydrate(release, [{"index": 1, "Question": "q", "Answer": "a"}], pdf_dir,
+                        block_types=BlockTypes(cache_dir))  # fmt: skip
+    assert rows[0]["gt_types"] == ["figure", "text"]

@@ -159,3 +159,106 @@ def test_real_entry_point_prints_json_on_stdout_and_the_summary_on_stderr(sample
     assert rec["n_pages"] == 4 and Path(rec["cache_path"]).is_dir()
     assert "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("1 document(s), 4 pages, ")
+
+
+# ---------------------------------------------------------------------------------------------- issue 10
+@pytest.mark.parametrize("damage", ["zero_bytes", "all_nan", "rows_reversed"])
+def test_rerun_without_force_repairs_a_damaged_entry(capsys, small_pdf, tmp_path, damage):
+    cache = tmp_path / "cache"
+    rc, (rec,), _ = blocks(capsys, small_pdf, "--parser", "pdftext", "--cache-dir", cache)
+    assert rc == 0
+    emb_path = cache / rec["doc_key"] / "embeddings.npy"
+    good = np.load(emb_path)
+    if damage == "zero_bytes":
+        emb_path.write_bytes(b"")
+    elif damage == "all_nan":
+        np.save(emb_path, np.full_like(good, np.nan))
+    else:
+        np.save(emb_path, good[::-1].copy())
+    rc, (again,), err = blocks(capsys, small_pdf, "--parser", "pdftext", "--cache-dir", cache)
+    assert rc == 0 and again["doc_key"] == rec["doc_key"], err
+    np.testing.assert_array_equal(load_cache(cache, rec["doc_key"]).embeddings, good)
+
+
+def test_full_disk_is_one_error_line(capsys, small_pdf, tmp_path, monkeypatch):
+    import errno
+
+    import data_prep.cache as cache_mod
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(cache_mod, "_write_file", full)
+    rc, records, err = blocks(capsys, small_pdf, "--parser", "pdftext", "--cache-dir", tmp_path / "cache")
+    assert rc == 2 and records == []
+    assert [line for line in err if "error:" in line] == [
+        f"{PROG} blocks: error: {tmp_path / 'cache'}: cannot write the cache entry of {small_pdf}: "
+        "no space left on the device; nothing was changed in the cache"
+    ]
+    assert not any("Traceback" in line for line in err)
+
+
+def test_two_thousand_blank_pages_print_a_few_warning_lines(capsys, tmp_path):
+    pdf = tmp_path / "blank.pdf"
+    c = canvas.Canvas(str(pdf), pagesize=(200, 200), invariant=1)
+    for _ in range(2000):
+        c.showPage()
+    c.save()
+    rc, (rec,), err = blocks(capsys, pdf, "--parser", "pdftext", "--encoder", "none", "--cache-dir", tmp_path / "c")
+    assert rc == 0 and rec["n_pages"] == 2000 and rec["types"] == {"figure": 2000}
+    warnings_ = [line for line in err if line.startswith("warning:")]
+    assert 1 <= len(warnings_) <= 5, warnings_
+    assert warnings_[0] == f"warning: {pdf}: page 1 has no text layer (scanned?); it becomes one figure block"
+    assert warnings_[-1].startswith("warning: ... and 1997 more like this (last: ") and "page 2000" in warnings_[-1]
+
+
+def test_warning_summary_counts_each_kind_separately():
+    import io
+
+    from data_prep.cmd_blocks import WarningSummary
+
+    out = io.StringIO()
+    s = WarningSummary(show=2, file=out)
+    for p in range(1, 6):
+        s.warn(f"a.pdf: page {p} has no text layer")
+    s.warn("a.pdf: something else")
+    s.flush()
+    s.warn("b.pdf: page 1 has no text layer")  # a new document starts a new count
+    s.flush()
+    assert out.getvalue().splitlines() == [
+        "warning: a.pdf: page 1 has no text layer",
+        "warning: a.pdf: page 2 has no text layer",
+        "warning: a.pdf: something else",
+        "warning: ... and 3 more like this (last: a.pdf: page 5 has no text layer)",
+        "warning: b.pdf: page 1 has no text layer",
+    ]
+
+
+def test_text_that_renders_blank_is_warned_about(capsys, tmp_path):
+    from reportlab.pdfbase import pdfmetrics
+    from reportlab.pdfbase.cidfonts import UnicodeCIDFont
+
+    if "STSong-Light" not in pdfmetrics.getRegisteredFontNames():
+        pdfmetrics.registerFont(UnicodeCIDFont("STSong-Light"))
+    pdf = tmp_path / "hidden.pdf"
+    c = canvas.Canvas(str(pdf), pagesize=(400, 300), invariant=1)
+    c.setFont("Helvetica", 11)
+    c.drawString(30, 260, "A visible line of ordinary text")
+    t = c.beginText(30, 200)
+    t.setTextRenderMode(3)  # invisible: in the text layer, never drawn (with a font the PDF does not embed)
+    t.setFont("STSong-Light", 11)
+    t.textLine("Words that no page image will ever show")
+    c.drawText(t)
+    c.showPage()
+    c.save()
+    rc, (rec,), err = blocks(capsys, pdf, "--parser", "pdftext", "--encoder", "none", "--cache-dir", tmp_path / "c")
+    assert rc == 0 and rec["n_blocks"] == 2
+    assert [line for line in err if line.startswith("warning:")] == [
+        f"warning: {pdf}: page 1: 1 of 2 text blocks render blank (font not embedded: STSong-Light; no stand-in on "
+        "this machine?): page images and crops show no text there"
+    ]
+
+
+def test_sample_renders_no_blank_text_warning(capsys, sample_pdf, tmp_path):
+    rc, _, err = blocks(capsys, sample_pdf, "--parser", "pdftext", "--encoder", "none", "--cache-dir", tmp_path)
+    assert rc == 0 and not [line for line in err if line.startswith("warning:")]

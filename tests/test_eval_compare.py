@@ -85,6 +85,22 @@ def test_compare_on_known_inputs(tmp_path):
     assert bs["p_value"] < 0.02
 
 
+def test_recall_bootstrap_pairs_the_questions_judged_in_both_runs_and_the_option_pairs_all():
+    # Issue 12, difference 5f (Table 8): q0-q3 judged in both; q4 has no parsed judge output in B.
+    a = {str(i): _row(i, 0.0, 0.0, 0.0, False, False, False) for i in range(5)}
+    b = {str(i): _row(i, 0.5, 0.0, 0.0, False, False, False) for i in range(4)}
+    b["4"] = {**_row(4, 1.0), "saa": None, "saa_strict": None}  # judge output did not parse
+    c = compare(a, b, resamples=200, seed=1)
+    assert (c["recall_pairs"], c["n_recall"], c["n_paired"]) == ("judged", 4, 5)
+    assert c["recall"]["diff"] == pytest.approx(0.5)  # q4 (diff 1.0) is left out
+    old = compare(a, b, resamples=200, seed=1, recall_pairs="all")
+    assert (old["recall_pairs"], old["n_recall"]) == ("all", 5)
+    assert old["recall"]["diff"] == pytest.approx(0.6)  # (4 * 0.5 + 1.0) / 5
+    # Judge-free runs have nothing to pair on but their questions.
+    free = compare({k: _row(int(k), 0.0) for k in a}, {k: _row(int(k), 1.0) for k in a}, resamples=50, seed=1)
+    assert (free["recall_pairs"], free["n_recall"]) == ("all", 5)
+
+
 def test_compare_command_prints_and_writes_json(tmp_path, capsys):
     write_jsonl(tmp_path / "a.jsonl", [_row(i, 0.0) for i in range(5)])
     write_jsonl(tmp_path / "b.jsonl", [_row(i, 1.0) for i in range(5)])

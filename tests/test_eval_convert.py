@@ -213,7 +213,8 @@ LAT_CASES = [
 
 @pytest.mark.parametrize(("why", "sizes", "kwargs", "record", "expected", "drops"), LAT_CASES, ids=lambda v: "")
 def test_lat_record_conversion(why, sizes, kwargs, record, expected, drops):
-    conv = Converter("lat", StubDocs(sizes), **kwargs)
+    # These cases are about reading and placing boxes, most outside an <answer> block: every box is cited.
+    conv = Converter("lat", StubDocs(sizes), **{"lat_boxes": "all", **kwargs})
     out = conv.convert(record, GOLD, "in.jsonl:1")
     assert out["interface"] == "coordinate"
     assert out["index"] == "q1"
@@ -221,8 +222,22 @@ def test_lat_record_conversion(why, sizes, kwargs, record, expected, drops):
     assert out["convert"]["dropped"] == drops, why
 
 
+def test_lat_default_cites_only_the_answer_boxes_as_lats_own_evaluation_and_all_gives_the_steps_too():
+    # Issue 12, difference 5e: LAT's IoU@0.5 reads only the <answer> boxes.
+    record = {"response": f"<think>a {box(1, 2, 3, 4, 1)}</think><answer>b {box(5, 6, 7, 8, 3)}</answer>"}
+    out = Converter("lat", StubDocs(SQUARE3), render_pixels=750_000).convert(record, GOLD, "in.jsonl:1")
+    assert out["citations"] == [{"page": 3, "bbox": [5.0, 6.0, 7.0, 8.0]}]
+    assert out["convert"]["lat_boxes"] == "answer"
+    old = Converter("lat", StubDocs(SQUARE3), render_pixels=750_000, lat_boxes="all").convert(record, GOLD, "x:1")
+    assert old["citations"] == [{"page": 1, "bbox": [1.0, 2.0, 3.0, 4.0]}, {"page": 3, "bbox": [5.0, 6.0, 7.0, 8.0]}]
+    # A response without an <answer> block has no answer boxes to score.
+    bare = Converter("lat", StubDocs(SQUARE3), render_pixels=750_000).convert({"response": box(1, 2, 3, 4, 1)},
+                                                                              GOLD, "in.jsonl:1")  # fmt: skip
+    assert bare["citations"] == []
+
+
 def test_lat_without_any_image_size_stops_with_a_clear_error():
-    conv = Converter("lat", StubDocs(SQUARE3))
+    conv = Converter("lat", StubDocs(SQUARE3), lat_boxes="all")
     with pytest.raises(InputError, match=r"^in.jsonl:7: the pixel size of the page images is unknown"):
         conv.convert({"index": "q1", "response": box(1, 2, 3, 4, 1)}, GOLD, "in.jsonl:7")
 
@@ -340,7 +355,8 @@ MALFORMED = [
 def test_malformed_records_name_the_input_line(tmp_path, monkeypatch, why, system, line, message):
     write_jsonl(tmp_path / "gold.jsonl", [{**GOLD.to_json(), "index": "q0"}, GOLD.to_json()])
     (tmp_path / "in.jsonl").write_text(json.dumps({"index": "q0", "response": ""}) + "\n" + json.dumps(line) + "\n")
-    conv = Converter(system, StubDocs(SQUARE3, FIG_BLOCKS), render_pixels=750_000)
+    kw = {"lat_boxes": "all"} if system == "lat" else {}
+    conv = Converter(system, StubDocs(SQUARE3, FIG_BLOCKS), render_pixels=750_000, **kw)
     with pytest.raises(InputError) as e:
         convert_file(tmp_path / "in.jsonl", tmp_path / "gold.jsonl", tmp_path / "out.jsonl", conv)
     assert str(e.value).startswith(f"{tmp_path / 'in.jsonl'}:2: {message}"), why
@@ -428,17 +444,27 @@ def test_lat_outputs_convert_and_score_with_the_expected_recall(sample_cache, tm
         {"index": 3, "response": f"<answer>Every 14 days {lat_box(ev[3][0])}</answer>"},
     ]
     write_jsonl(tmp_path / "lat.jsonl", records)
-    rc = run_cli("convert", "--from", "lat", "--input", tmp_path / "lat.jsonl", "--gold", tmp_path / "gold.jsonl",
-                 "--cache-dir", cached.path.parent, "--render-pixels", total, "--out", tmp_path / "pred.jsonl")  # fmt: skip
-    assert rc == 0
-    summary = capsys.readouterr().out
+
+    def convert_and_score(name: str, *extra) -> tuple[str, dict]:
+        rc = run_cli("convert", "--from", "lat", "--input", tmp_path / "lat.jsonl", "--gold", tmp_path / "gold.jsonl",
+                     "--cache-dir", cached.path.parent, "--render-pixels", total, "--out", tmp_path / f"{name}.jsonl",
+                     *extra)  # fmt: skip
+        assert rc == 0
+        summary = capsys.readouterr().out
+        rc = run_cli("score", "--gold", tmp_path / "gold.jsonl", "--pred", tmp_path / f"{name}.jsonl", "--cache-dir",
+                     cached.path.parent, "--no-report", "--out", tmp_path / name)  # fmt: skip
+        assert rc == 0
+        return summary, json.loads((tmp_path / name / "metrics.json").read_text())
+
+    # Default (LAT's own evaluation): only the <answer> boxes; question 0's answer cites one of its two elements.
+    summary, m = convert_and_score("answer")
+    assert "converted 4 records" in summary and "4 citations" in summary and "dropped: none" in summary
+    assert m["recall"]["0.5"] == pytest.approx((0.5 + 0 + 0.5 + 1) / 4)
+    assert m["recall"]["0.7"] == pytest.approx((0.5 + 0 + 0.5 + 1) / 4)  # integer pixels lose < 1 pt
+    # --lat-boxes all: the chain's step boxes count too (the earlier default).
+    summary, m = convert_and_score("all", "--lat-boxes", "all")
     assert "converted 4 records" in summary and "5 citations" in summary and "duplicate: 1" in summary
-    rc = run_cli("score", "--gold", tmp_path / "gold.jsonl", "--pred", tmp_path / "pred.jsonl", "--cache-dir",
-                 cached.path.parent, "--no-report", "--out", tmp_path / "score")  # fmt: skip
-    assert rc == 0
-    m = json.loads((tmp_path / "score" / "metrics.json").read_text())
     assert m["recall"]["0.5"] == pytest.approx((1 + 0 + 0.5 + 1) / 4)
-    assert m["recall"]["0.7"] == pytest.approx((1 + 0 + 0.5 + 1) / 4)  # integer pixels lose < 1 pt
     # same-page recall: question 2's uncited element is on the cited page 3; question 1 cites page 1, not 2
     assert m["recall"]["page"] == pytest.approx((1 + 0 + 1 + 1) / 4)
     assert m["format_rate"] == 1.0
@@ -455,6 +481,7 @@ def test_wrong_render_size_is_what_the_conversion_guards_against(sample_cache, t
     rec = {"index": 0, "response": "Bounding box: " + json.dumps({"bbox_2d": px, "Image_index": 2})}
     gold = Gold(0, cached.key, "q", "a", "en", "", (Element(2, b.bbox),), ())
     docs = convert_mod.Documents(cached.path.parent)
+    rec["response"] = f"<answer>{rec['response']}</answer>"
     right = Converter("lat", docs, render_pixels=2_000_000).convert(rec, gold, "x:1")["citations"][0]["bbox"]
     wrong = Converter("lat", docs, render_pixels=4_000_000).convert(rec, gold, "x:1")["citations"][0]["bbox"]
     from eval.boxes import iou

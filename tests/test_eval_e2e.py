@@ -66,7 +66,11 @@ def test_verbatim_quotes_of_single_block_regions_recall_everything(docling_cache
     assert m["parser_ceiling"]["0.5"] == 1.0
     a = json.loads((out / "analyses.json").read_text())
     assert a["residuals"]["iou"]["recovered"] == 1.0
-    assert a["quote_fidelity"] == {"n_quotes": len(groups) + 1, "exact": 1.0, "fuzzy": 1.0}
+    fid = a["quote_fidelity"]
+    assert (fid["n_quotes"], fid["exact"]) == (len(groups) + 1, 1.0)
+    # Fuzzy (token F1 >= 0.8 against a block, read literally) is a separate test: the quotes are sentences of
+    # longer blocks, so some exact quotes are not fuzzy.
+    assert 0.0 < fid["fuzzy"] < 1.0
     html = (out / "report.html").read_text()
     assert html.count("class='q'") == len(groups)
     assert len(list((out / "report_files").glob("*.jpg"))) >= len(groups)

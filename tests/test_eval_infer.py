@@ -68,15 +68,29 @@ def test_prompt_template_splits_system_and_user_and_fills_the_fields(prompts):
     system, user = t.render("What grew?", 4)
     assert system == "You answer questions about a 4-page document and quote your evidence."
     assert user == "Question: What grew?\nReply with JSON."
-    assert PromptTemplate("coordinate", prompts).render("Q?", 2) == (None, "Question: Q?\nCite with <bbox/> tags.")
+    assert PromptTemplate("coordinate", prompts, role="user").render("Q?", 2) == (
+        None,
+        "Question: Q?\nCite with <bbox/> tags.",
+    )
 
 
-@pytest.mark.parametrize(("interface", "marker"), [("language", '"quotes"'), ("coordinate", '<bbox page="N"')])
-def test_the_repository_prompts_render_with_the_question_first(interface, marker):
-    system, user = PromptTemplate(interface).render("Which site had the highest yield?", 3)
+@pytest.mark.parametrize(
+    ("interface", "marker", "default"), [("language", '"quotes"', "system"), ("coordinate", '<bbox page="N"', "user")]
+)
+def test_the_language_prompt_is_a_system_prompt_and_the_user_role_gives_the_question_first(interface, marker, default):
+    # Issue 12, difference 4: the paper's J.2 is a system prompt; the user turn is the pages and the question.
+    q = "Which site had the highest yield?"
+    system, user = PromptTemplate(interface, role="system").render(q, 3)
+    assert marker in system and q not in system
+    assert user == q
+    # --prompt-role user: the whole template, question first, in the user turn (the earlier protocol).
+    system, user = PromptTemplate(interface, role="user").render(q, 3)
     assert system is None
-    assert user.startswith("Which site had the highest yield?")
-    assert marker in user
+    assert user.startswith(q) and marker in user
+    # The default: system for the language interface (J.2); our coordinate template keeps the user turn.
+    assert PromptTemplate(interface).role == default
+    with pytest.raises(InputError, match="--prompt-role"):
+        PromptTemplate(interface, role="assistant")
 
 
 def test_missing_or_broken_template_is_a_clear_error(tmp_path):
@@ -264,3 +278,67 @@ def test_scripted_generator_sees_the_recorded_run_settings(sample_pdf, prompts, 
                   InferConfig(total_pixels=4 * 50_000), PromptTemplate("language", prompts), meta)  # fmt: skip
     row = json.loads(out.read_text())
     assert row["chat_template_kwargs"] == {"enable_thinking": True} and row["max_tokens"] == 4096
+
+
+# ---------------------------------------------------------------------------------------------- CiteVQA's prompt
+@pytest.fixture(scope="module")
+def citevqa_dir(tmp_path_factory):
+    from tests.support.citevqa_vendor import unpack_citevqa
+
+    return unpack_citevqa(tmp_path_factory.mktemp("citevqa"))
+
+
+def test_coordinate_interface_uses_citevqas_inference_prompt_from_the_checkout(fake_vllm, sample_pdf, prompts,
+                                                                             tmp_path, citevqa_dir):  # fmt: skip
+    gold, out = tmp_path / "gold.jsonl", tmp_path / "pred.jsonl"
+    _write_gold(gold, sample_pdf, n=1)
+    argv = ["infer", "--model", "m", "--gold", str(gold), "--interface", "coordinate", "--out", str(out),
+            "--prompts-dir", str(prompts), "--total-pixels", "200000", "--citevqa-dir", str(citevqa_dir)]  # fmt: skip
+    assert cli_main("eval", "", COMMANDS, argv) == 0
+    messages = fake_vllm.chats[0][0][0]
+    system = (citevqa_dir / "prompts" / "infer_system.txt").read_text(encoding="utf-8")
+    user = (citevqa_dir / "prompts" / "infer_user.txt").read_text(encoding="utf-8").format(question="question 0?")
+    assert messages[0] == {"role": "system", "content": system}  # J.1: CiteVQA's own text, as a system turn
+    parts = messages[1]["content"]
+    assert [p["type"] for p in parts] == ["image_url"] * 4 + ["text"] and parts[-1]["text"] == user
+    row = json.loads(out.read_text())
+    assert row["prompt"] == {"source": str(citevqa_dir / "prompts" / "infer_system.txt"), "role": "system"}
+
+
+def test_coordinate_prompt_ours_and_a_missing_checkout(fake_vllm, sample_pdf, prompts, tmp_path, monkeypatch, capsys):
+    gold = tmp_path / "gold.jsonl"
+    _write_gold(gold, sample_pdf, n=1)
+    monkeypatch.delenv("QUOTECITE_CITEVQA_DIR", raising=False)
+    base = ["infer", "--model", "m", "--gold", str(gold), "--interface", "coordinate", "--prompts-dir", str(prompts),
+            "--total-pixels", "200000"]  # fmt: skip
+    assert cli_main("eval", "", COMMANDS, [*base, "--out", str(tmp_path / "a.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "--citevqa-dir" in err and len(err.strip().splitlines()) == 1
+    assert fake_vllm.llm_kwargs is None  # failed before loading a model
+    (tmp_path / "empty").mkdir()
+    argv = [*base, "--citevqa-dir", str(tmp_path / "empty"), "--out", str(tmp_path / "b")]
+    assert cli_main("eval", "", COMMANDS, argv) == 2
+    assert "has no prompts/ folder" in capsys.readouterr().err
+    # tmp_path has a prompts/ folder, but not CiteVQA's: the missing file is named
+    assert cli_main("eval", "", COMMANDS, [*base, "--citevqa-dir", str(tmp_path), "--out", str(tmp_path / "b")]) == 2
+    assert "prompts/infer_system.txt: cannot read CiteVQA prompt" in capsys.readouterr().err
+    # --coordinate-prompt ours: our template (here the fixture's) in the user turn, as before
+    argv = [*base, "--coordinate-prompt", "ours", "--out", str(tmp_path / "c.jsonl")]
+    assert cli_main("eval", "", COMMANDS, argv) == 0
+    messages = fake_vllm.chats[0][0][0]
+    assert messages[0]["role"] == "user"
+    assert messages[0]["content"][-1]["text"] == "Question: question 0?\nCite with <bbox/> tags."
+    assert json.loads((tmp_path / "c.jsonl").read_text())["prompt"]["role"] == "user"
+
+
+def test_language_cli_sends_the_instructions_as_a_system_turn(fake_vllm, sample_pdf, tmp_path):
+    gold, out = tmp_path / "gold.jsonl", tmp_path / "pred.jsonl"
+    _write_gold(gold, sample_pdf, n=1)
+    argv = ["infer", "--model", "m", "--gold", str(gold), "--interface", "language", "--total-pixels", "200000"]
+    assert cli_main("eval", "", COMMANDS, [*argv, "--out", str(out)]) == 0
+    messages = fake_vllm.chats[-1][0][0]
+    assert messages[0]["role"] == "system" and '"quotes"' in messages[0]["content"]
+    assert messages[1]["content"][-1]["text"] == "question 0?"
+    assert cli_main("eval", "", COMMANDS, [*argv, "--prompt-role", "user", "--out", str(tmp_path / "u.jsonl")]) == 0
+    messages = fake_vllm.chats[-1][0][0]
+    assert [m["role"] for m in messages] == ["user"] and messages[0]["content"][-1]["text"].startswith("question 0?")

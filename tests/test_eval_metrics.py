@@ -83,11 +83,18 @@ def test_iou_exactly_at_the_threshold_matches():
     assert s.recall["0.7"] == 0.0
 
 
-def test_same_page_recall_counts_an_element_when_any_citation_is_on_its_page():
+def test_same_page_recall_is_citevqas_distinct_page_share_and_the_option_gives_the_element_share():
+    # Issue 12, difference 5a: A and B share page 1, C is on page 2; one citation on page 1.
     g = gold([(1, A), (1, B), (2, C)])
-    s = score_boxes(g, [cite(1, (400.0, 400.0, 500.0, 500.0))])
-    assert s.recall["page"] == pytest.approx(2 / 3)  # A and B share page 1; C is on page 2
+    cits = [cite(1, (400.0, 400.0, 500.0, 500.0))]
+    s = score_boxes(g, cits)
+    assert s.recall["page"] == pytest.approx(1 / 2)  # CiteVQA: gold pages {1, 2}, cited {1}
     assert s.recall["0.1"] == 0.0
+    assert s.necessary_hit["page"] == (True, True, False)  # per element, for the analyses, in both readings
+    old = score_boxes(g, cits, ScoringConfig(page_recall="elements"))
+    assert old.recall["page"] == pytest.approx(2 / 3)  # our earlier reading: elements A, B of 3
+    with pytest.raises(ValueError, match="page_recall"):
+        ScoringConfig(page_recall="distinct")
 
 
 def test_precision_counts_optional_elements_but_recall_does_not():
@@ -99,11 +106,16 @@ def test_precision_counts_optional_elements_but_recall_does_not():
     assert s.citation_hit == (False,) and s.citation_hit_all == (True,)
 
 
-def test_malformed_citation_is_normalised_scored_and_counted():
+def test_reversed_citation_is_malformed_and_matches_nothing_but_the_option_normalises_it():
+    # Issue 12, difference 5c: raw-output semantics (CiteVQA's scorer gives a reversed box no overlap).
     reversed_a = Cited(1, (0.0, 0.0, 100.0, 100.0), malformed=True)  # as read from [100, 100, 0, 0]
     s = score_boxes(gold([(1, A)]), [reversed_a])
-    assert s.recall["0.5"] == 1.0
+    assert s.recall["0.1"] == s.recall["0.5"] == 0.0 and s.precision == 0.0
+    assert s.recall["page"] == 1.0  # it still names page 1
     assert s.n_malformed == 1
+    old = score_boxes(gold([(1, A)]), [reversed_a], ScoringConfig(reversed_boxes="normalize"))
+    assert old.recall["0.5"] == 1.0 and old.precision == 1.0
+    assert old.n_malformed == 1
 
 
 def test_zero_area_citation_counts_in_the_denominator_and_never_matches():
@@ -206,6 +218,10 @@ def test_parser_ceiling_is_recall_with_every_block_cited():
         "0.5": 0.5,
         "0.7": 0.5,
     }
+    # Same-page ceiling follows the page-recall reading: distinct pages (1 of 2) or elements (2 of 3).
+    g3 = gold([(1, A), (1, B), (2, C)])
+    assert parser_ceiling_question(g3, pages, boxes, ScoringConfig())["page"] == 0.5
+    assert parser_ceiling_question(g3, pages, boxes, ScoringConfig(page_recall="elements"))["page"] == 2 / 3
 
 
 def test_every_metric_declares_aggregation_and_direction():

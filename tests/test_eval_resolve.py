@@ -115,15 +115,33 @@ def test_question_control_cites_as_many_blocks_as_the_response_quoted(cache):
     assert unparsed["citations"] == []  # budget 0 when the response cites nothing
 
 
-def test_coordinate_tags_become_points_and_out_of_range_pages_are_dropped(cache):
-    r = Resolver(DocCache(cache.path.parent))
+def test_coordinate_tags_become_points_and_a_page_the_document_lacks_is_a_citation_that_matches_nothing(
+    cache, tmp_path
+):
+    # Issue 12, difference 5b: raw-output semantics keep the page-9 tag (4-page document) in the precision
+    # denominator; --drop-missing-pages drops it (the earlier rule).
+    from eval.metrics import score_boxes
+    from eval.schemas import Element
+
     w, h = cache.page_sizes[0]
     text = 'Yes <bbox page="1" x1="100" y1="100" x2="900" y2="150" /> <bbox page="9" x1="1" y1="1" x2="2" y2="2" />'
-    out = r.resolve(gold(cache.key), Prediction(0, "coordinate", text, "", ()))
-    assert len(out["citations"]) == 1
+    out = Resolver(DocCache(cache.path.parent)).resolve(gold(cache.key), Prediction(0, "coordinate", text, "", ()))
+    assert [c["page"] for c in out["citations"]] == [1, 9]
     assert out["citations"][0]["bbox"] == pytest.approx([0.1 * w, 0.1 * h, 0.9 * w, 0.15 * h], abs=1e-3)
+    assert out["citations"][1]["page_missing"] is True
     assert out["resolve"]["pages_out_of_range"] == 1
     assert out["answer"] == "Yes"
+    old = Resolver(DocCache(cache.path.parent), drop_missing_pages=True)
+    dropped = old.resolve(gold(cache.key), Prediction(0, "coordinate", text, "", ()))
+    assert [c["page"] for c in dropped["citations"]] == [1] and dropped["resolve"]["pages_out_of_range"] == 1
+    # Scored against an element the page-1 tag matches: precision 1/2 by default, 1/1 with the tag dropped.
+    e = Element(1, tuple(out["citations"][0]["bbox"]))
+    g = Gold(0, cache.key, "q", "a", "en", "", (e,), (e,))
+    for name, rec, precision in (("keep", out, 0.5), ("drop", dropped, 1.0)):
+        write_jsonl(tmp_path / f"{name}.jsonl", [rec])
+        (pred,) = read_predictions(tmp_path / f"{name}.jsonl")
+        s = score_boxes(g, pred.citations)
+        assert (s.recall["0.5"], s.precision) == (1.0, precision), name
 
 
 def test_snap_replaces_a_coordinate_box_by_the_best_block(cache):
@@ -179,3 +197,46 @@ def test_fixed_budget_question_control_cites_k_blocks_even_for_an_unparsed_respo
     assert [c["block_id"] for c in out["citations"]] == [0]  # the block sharing the most question words
     with pytest.raises(InputError, match="--budget"):
         Resolver(DocCache(cache.path.parent), query="quotes", budget=3)
+
+
+def test_quotes_are_neither_capped_at_eight_nor_deduplicated_by_default(cache, caplog):
+    # Issue 12: ten quotes all resolve (the paper has no cap), a repeated quote is a second citation; the options
+    # give the earlier numbers, and the safety bound is logged when hit.
+    quotes = [TEXTS[i % len(TEXTS)][2] for i in range(10)]
+    resp = json.dumps({"answer": "1932", "quotes": quotes})
+    out = Resolver(DocCache(cache.path.parent), resolver="lexical").resolve(gold(cache.key), lang(resp))
+    assert out["resolve"]["n_quotes"] == 10 and len(out["citations"]) == 10
+    old = Resolver(DocCache(cache.path.parent), resolver="lexical", max_quotes=8, dedupe_quotes=True)
+    with caplog.at_level("WARNING", logger="eval"):
+        out = old.resolve(gold(cache.key), lang(resp))
+    assert out["resolve"]["n_quotes"] == 5 and old.stats["quotes_over_bound"] == 0  # 5 distinct texts
+    bounded = Resolver(DocCache(cache.path.parent), resolver="lexical", max_quotes=8)
+    with caplog.at_level("WARNING", logger="eval"):
+        out = bounded.resolve(gold(cache.key), lang(resp))
+    assert out["resolve"]["n_quotes"] == 8 and bounded.stats["quotes_over_bound"] == 2
+    assert any("--max-quotes=8" in r.getMessage() for r in caplog.records)
+    pair = json.dumps({"answer": "1932", "quotes": [TEXTS[0][2], TEXTS[0][2]]})
+    out = Resolver(DocCache(cache.path.parent), resolver="lexical").resolve(gold(cache.key), lang(pair))
+    assert [c["block_id"] for c in out["citations"]][0] == 0 and len({c["block_id"] for c in out["citations"]}) == 2
+
+
+def test_fused_resolver_reads_the_question_and_the_models_answer(sample_pdf, tmp_path):
+    from data_prep.encoders import get_encoder
+    from data_prep.parsers import get_parser
+    from data_prep.sample import SAMPLE_FACTS
+    from eval.schemas import Element
+    from reward.resolve import resolve_quotes
+
+    encoder = get_encoder("minilm")
+    cached = build_cache(sample_pdf, get_parser("pdftext"), encoder, tmp_path)
+    qa = SAMPLE_FACTS.qa[0]
+    quote = SAMPLE_FACTS.fact("table_row").text
+    e = (Element(2, (0.0, 0.0, 10.0, 10.0)),)
+    g = Gold(0, cached.key, qa.question, qa.answer, "en", "Factual Retrieval", e, e)
+    resp = json.dumps({"answer": "Shenzhen", "quotes": [quote]})
+    out = Resolver(DocCache(tmp_path), resolver="fused").resolve(g, lang(resp))
+    (cit,) = out["citations"]
+    with_ctx = resolve_quotes([quote], cached, resolver="fused", encoder=encoder, context=f"{qa.question}\nShenzhen")
+    without = resolve_quotes([quote], cached, resolver="fused", encoder=encoder)
+    assert (cit["block_id"], cit["similarity"]) == (with_ctx[0].block_id, round(with_ctx[0].similarity, 6))
+    assert cit["page"] == 2 and with_ctx[0].similarity > without[0].similarity  # the context's ranks add

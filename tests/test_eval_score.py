@@ -82,7 +82,12 @@ def test_score_writes_metrics_with_the_documented_keys_and_every_output_file(fil
     out = tmp_path / "out"
     assert _score(g, p, out, "--no-report") == 0
     m = json.loads((out / "metrics.json").read_text())
-    assert set(m) == {"n", "recall", "precision", "f1", "format_rate", "citations_per_response", "counts"}
+    assert set(m) == {"n", "recall", "precision", "f1", "format_rate", "citations_per_response", "counts", "scoring"}
+    assert m["scoring"] == {"page_recall": "pages", "reversed_boxes": "no_match"}  # the paper's readings
+    assert _score(g, p, tmp_path / "old", "--no-report", "--page-recall", "elements", "--reversed-boxes",
+                  "normalize") == 0  # fmt: skip
+    old = json.loads((tmp_path / "old" / "metrics.json").read_text())
+    assert old["scoring"] == {"page_recall": "elements", "reversed_boxes": "normalize"}
     assert set(m["recall"]) == {"page", "0.1", "0.3", "0.5", "0.7"}
     assert m["n"] == 3
     assert m["recall"]["0.5"] == pytest.approx(2 / 3)  # q0 and q2 found, q1 cited nothing
@@ -121,7 +126,8 @@ def test_score_with_the_cache_adds_parser_ceiling_residuals_and_a_report_with_pa
     assert "opened to traffic" in html and "0.900" in html
 
 
-def test_judge_metrics_through_the_scripted_server(files, tmp_path, cache):
+def test_rubric_judge_metrics_through_the_scripted_server(files, tmp_path, cache):
+    # --judge-protocol rubric: the reward's one three-score call (the earlier default of eval score).
     g, p = files
 
     def handler(path, body, n):
@@ -137,10 +143,11 @@ def test_judge_metrics_through_the_scripted_server(files, tmp_path, cache):
     out = tmp_path / "out"
     with ScriptedOpenAIServer(handler=handler) as srv:
         rc = _score(g, p, out, "--cache-dir", str(cache.path.parent), "--judge-url", srv.url, "--judge-model",
-                    "judge-model", "--no-report")  # fmt: skip
+                    "judge-model", "--no-report", "--judge-protocol", "rubric")  # fmt: skip
         requests = [b for path, b in srv.requests if path == "/v1/chat/completions"]
     assert rc == 0
     m = json.loads((out / "metrics.json").read_text())
+    assert m["judge_protocol"] == "rubric" and len(requests) == 3  # one call per question
     assert m["judge_failures"] == {"failed": 1, "judged": 2}
     assert m["ans"] == pytest.approx((5 + 4) / 2 / 5)
     assert m["rel"] == pytest.approx((2 + 1) / 2 / 5)
@@ -164,6 +171,92 @@ def test_judge_metrics_through_the_scripted_server(files, tmp_path, cache):
     assert list(split) == ["correct", "unjudged"]
     assert (split["correct"]["n"], split["correct"]["recall@0.5"], split["correct"]["ah"]) == (2, 0.5, 0.5)
     assert (split["unjudged"]["n"], split["unjudged"]["recall@0.5"]) == (1, 1.0)
+
+
+@pytest.fixture(scope="module")
+def citevqa_dir(tmp_path_factory):
+    from tests.support.citevqa_vendor import unpack_citevqa
+
+    return unpack_citevqa(tmp_path_factory.mktemp("citevqa"))
+
+
+QA_REPLIES = {"ZERO": "Matches the year.\n```<qa_acc>5</qa_acc>```", "ONE": "No answer.\n```<qa_acc>0</qa_acc>```",
+              "TWO": "Correct place.\n```<qa_acc>4</qa_acc>```"}  # fmt: skip
+REL_REPLIES = {"ZERO": "The crop states the date.\n```<relevance_score>4</relevance_score>```",
+               "ONE": "No crop.\n```<relevance_score>0</relevance_score>```",
+               "TWO": "I cannot grade this."}  # fmt: skip
+
+
+def _which(body) -> str:
+    text = json.dumps(body["messages"][1])
+    return next(k for k in ("ZERO", "ONE", "TWO") if f"QUESTION-{k}" in text)
+
+
+def test_citevqa_two_call_judge_is_the_default(files, tmp_path, cache, citevqa_dir):
+    # Issue 12, difference 3: answer accuracy without crops (eval_qa_acc_*), relevance with crops (eval_rel_*).
+    g, p = files
+
+    def handler(path, body, n):
+        if path != "/v1/chat/completions":
+            return None
+        replies = QA_REPLIES if "<qa_acc>" in body["messages"][0]["content"] else REL_REPLIES
+        return chat_completion(replies[_which(body)])
+
+    out = tmp_path / "out"
+    with ScriptedOpenAIServer(handler=handler) as srv:
+        rc = _score(g, p, out, "--cache-dir", str(cache.path.parent), "--judge-url", srv.url, "--judge-model",
+                    "judge-model", "--citevqa-dir", str(citevqa_dir))  # fmt: skip
+        requests = [b for path, b in srv.requests if path == "/v1/chat/completions"]
+    assert rc == 0
+    prompts = citevqa_dir / "prompts"
+    qa_sys, rel_sys = (
+        (prompts / n).read_text(encoding="utf-8") for n in ("eval_qa_acc_system.txt", "eval_rel_system.txt")
+    )
+    qa_calls = {_which(b): b for b in requests if b["messages"][0]["content"] == qa_sys}
+    rel_calls = {_which(b): b for b in requests if b["messages"][0]["content"] == rel_sys}
+    assert len(requests) == 6 and set(qa_calls) == set(rel_calls) == {"ZERO", "ONE", "TWO"}
+
+    def images(b):
+        return sum(1 for part in b["messages"][1]["content"] if part["type"] == "image_url")
+
+    assert {k: images(b) for k, b in qa_calls.items()} == {"ZERO": 0, "ONE": 0, "TWO": 0}  # never an image
+    assert {k: images(b) for k, b in rel_calls.items()} == {"ZERO": 2, "ONE": 0, "TWO": 1}  # the cited crops
+    user = (prompts / "eval_qa_acc_user.txt").read_text(encoding="utf-8")
+    assert qa_calls["ZERO"]["messages"][1]["content"][0]["text"] == user.format(
+        question="QUESTION-ZERO when did the bridge open?", standard_answer="1932", model_answer_no_bbox="1932"
+    )
+    user = (prompts / "eval_rel_user.txt").read_text(encoding="utf-8")
+    assert rel_calls["TWO"]["messages"][1]["content"][0]["text"] == user.format(
+        question="QUESTION-TWO where did the steel come from?", standard_answer="Middlesbrough",
+        answer_with_images="Middlesbrough",
+    )  # fmt: skip
+    assert all(b["temperature"] == 0.0 and b["max_tokens"] == 1024 for b in requests)
+    assert "opened to traffic" not in json.dumps(requests)  # the quotes are never sent
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["judge_protocol"] == "citevqa" and m["judge_prompts"] == str(prompts)
+    # q2's relevance reply has no tag: q2 leaves the judge metrics (paper Appendix B) and is counted.
+    assert m["judge_failures"] == {"failed": 1, "judged": 2}
+    assert m["ans"] == pytest.approx((5 + 0) / 2 / 5) and m["rel"] == pytest.approx((4 + 0) / 2 / 5)
+    assert m["saa"] == 0.5 and m["ah"] == 0.0 and m["saa_strict"] == 0.5
+    rows = [json.loads(x) for x in (out / "per_question.jsonl").read_text().splitlines()]
+    assert rows[0]["judge"] == {"answer": 5, "relevance": 4, "coverage": None}
+    assert rows[2]["judge"] is None
+    html = (out / "report.html").read_text()
+    assert "judge Ans 5 Rel 4; SAA 1.0" in html and "Cov None" not in html  # no coverage score in this protocol
+
+
+def test_citevqa_judge_needs_a_checkout(files, tmp_path, cache, monkeypatch, capsys):
+    g, p = files
+    monkeypatch.delenv("QUOTECITE_CITEVQA_DIR", raising=False)
+    rc = _score(g, p, tmp_path / "out", "--cache-dir", str(cache.path.parent), "--judge-url", "http://127.0.0.1:9/v1",
+                "--judge-model", "m")  # fmt: skip
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--citevqa-dir" in err and "--judge-protocol rubric" not in err
+    assert "QUOTECITE_CITEVQA_DIR" in err
+    rc = _score(g, p, tmp_path / "out", "--cache-dir", str(cache.path.parent), "--judge-url", "http://127.0.0.1:9/v1",
+                "--judge-model", "m", "--judge-prompt", str(g))  # fmt: skip
+    assert rc == 2 and "--judge-protocol rubric" in capsys.readouterr().err
 
 
 def test_lexical_judge_runs_offline(files, tmp_path, cache):
@@ -200,18 +293,18 @@ NO_SUCH_MODEL = {"error": {"message": "The model `wrong-judge` does not exist.",
 
 
 def test_a_judge_that_rejects_its_whole_first_batch_stops_the_run_with_the_servers_message(files, tmp_path, cache,
-                                                                                           capsys):  # fmt: skip
+                                                                                           capsys, citevqa_dir):  # fmt: skip
     g, p = files
     with ScriptedOpenAIServer(handler=lambda path, body, n: Reply(status=404, json=NO_SUCH_MODEL)) as srv:
         rc = _score(g, p, tmp_path / "out", "--cache-dir", str(cache.path.parent), "--judge-url", srv.url,
-                    "--judge-model", "wrong-judge", "--no-report")  # fmt: skip
+                    "--judge-model", "wrong-judge", "--no-report", "--citevqa-dir", str(citevqa_dir))  # fmt: skip
         sent = len(srv.requests)
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1  # one line, no traceback
-    assert "rejected all 3 requests of its first scored batch" in err
+    assert "rejected all 6 requests of its first scored batch" in err  # CiteVQA's judge: two calls per question
     assert "The model `wrong-judge` does not exist." in err and "'wrong-judge'" in err
-    assert sent == 3  # 4xx is not retried
+    assert sent == 6  # 4xx is not retried
     assert not (tmp_path / "out" / "metrics.json").exists()
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -54,7 +55,7 @@ worker:
     model:
       model_path: standin/policy
       lora: {rank: 8, alpha: 8}
-trainer:
+%(worker_extra)strainer:
   max_steps: null
   logger: [console]
   n_gpus_per_node: 2
@@ -116,11 +117,13 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 class Run:
     """One run folder, its settings, and the jobs of its chain (all share one unique job name)."""
 
-    def __init__(self, tmp: Path, max_steps: int, save_freq: int = 1, gate: bool = False, **env: str) -> None:
+    def __init__(
+        self, tmp: Path, max_steps: int, save_freq: int = 1, gate: bool = False, worker_extra: str = "", **env: str
+    ) -> None:
         self.dir = tmp / "run"
         (self.dir / "logs").mkdir(parents=True)
         self.recipe = tmp / "recipe.yaml"
-        self.recipe.write_text(RECIPE % {"save_freq": save_freq})
+        self.recipe.write_text(RECIPE % {"save_freq": save_freq, "worker_extra": worker_extra})
         self.name = f"qc-test-{uuid.uuid4().hex[:8]}"
         self.gate = tmp / "gate"
         if gate:
@@ -381,3 +384,68 @@ def test_chain_stops_after_the_set_number_of_jobs_without_progress(tmp_path, cle
     assert jobs_named(run.name) == ids and len(ids) == 2, run.logs()
     assert [s["status"] for s in run.segments()] == ["crashed", "crashed"]
     assert "2 jobs in a row made no progress (stuck at step 0); not resubmitting" in run.logs()
+
+
+# --------------------------------------------------------------------------------------------- server outages
+def test_a_judge_that_dies_mid_job_is_restarted_while_the_reward_waits(tmp_path, cleanup_jobs):
+    # The launch polls every 3 s here, so the trainer's step-3 judge call meets the dead port before any restart:
+    # the reward's own client waits out the outage (probing /health) and step 3 gets a real score, in the same segment.
+    run = Run(tmp_path, max_steps=4, gate=True, QUOTECITE_POLL_SECONDS="3", QUOTECITE_STANDIN_STEP_SECONDS="0.2")
+    cleanup_jobs.append(run)
+    run.allow(2)
+    job = run.submit()
+    seg = f"{job}-0"
+    wait_for(lambda: max(run.logged_steps(seg), default=0) == 2, T, "step 2 logged")
+    judge_log = run.dir / "segments" / seg / "judge.log"
+    first = json.loads(judge_log.read_text().splitlines()[0])
+    os.kill(first["pid"], signal.SIGKILL)
+    run.allow(4)
+    assert run.wait_chain_end() == [job], run.logs()
+
+    assert show_job(job)["JobState"] == "COMPLETED"
+    segs = run.segments()
+    assert [(s["name"], s["status"]) for s in segs] == [(seg, "finished")]  # the trainer never stopped
+    assert segs[0]["extra"]["restarts"] == {"judge": 1}
+    man = json.loads((run.dir / "manifest.json").read_text())
+    assert man["restarts"] == {"judge": 1} and man["jobs"][0]["restarts"] == {"judge": 1}
+    starts = [json.loads(x) for x in judge_log.read_text().splitlines() if x.startswith('{"standin"')]
+    assert len(starts) == 2 and starts[1]["pid"] != first["pid"] and starts[1]["port"] == first["port"]
+    chain = (run.dir / "chain.log").read_text()
+    assert "exited (code 137) mid-job; restarting it (1 of at most 5 in this job)" in chain
+    log = run.run_log()
+    assert [r["step"] for r in log] == [0, 1, 2, 3, 4]
+    assert log[3]["reward_counters"]["judge_outages"] == 1  # step 3 waited for the judge, then was scored
+    assert [r["reward_counters"]["judge_calls"] for r in log[1:]] == [1, 1, 1, 1]
+
+
+def test_a_judge_outage_past_the_budget_restarts_the_servers_and_resumes_losing_no_step(tmp_path, cleanup_jobs):
+    # The judge wedges (alive, answering 503 to everything) after 3 chat requests per process. The reward waits
+    # judge_outage_s=2, then the trainer stops with the reward's one-line error; the launch restarts both servers
+    # and the trainer, which resumes from the last complete checkpoint in a new segment. Twice, then the run ends.
+    run = Run(
+        tmp_path,
+        max_steps=6,
+        save_freq=2,
+        worker_extra="  reward:\n    reward_function_kwargs: {judge_outage_s: 2}\n",
+        QUOTECITE_JUDGE_ARGS="--wedge-after 3",
+    )
+    cleanup_jobs.append(run)
+    job = run.submit()
+    assert run.wait_chain_end() == [job], run.logs()
+
+    assert show_job(job)["JobState"] == "COMPLETED"
+    segs = run.segments()
+    assert [(s["name"], s["status"], s["resume_step"], s["end_step"]) for s in segs] == [
+        (f"{job}-0", "outage", 0, 2), (f"{job}-1", "outage", 2, 4), (f"{job}-2", "finished", 4, 6)]  # fmt: skip
+    url_re = r"judge at http://127\.0\.0\.1:\d+/v1/chat/completions is down: no answer for 2 s"
+    assert re.search(r"stopped on a server outage: " + url_re + r" \(outage budget judge_outage_s=2\)",
+                     segs[0]["message"])  # fmt: skip
+    trainer_log = (run.dir / "segments" / f"{job}-0" / "trainer.log").read_text()
+    assert re.search(url_re, trainer_log) and "No sample is kept" not in trainer_log
+    man = json.loads((run.dir / "manifest.json").read_text())
+    assert man["restarts"] == {"trainer": 2}
+    summary = json.loads((run.dir / "run_summary.json").read_text())
+    assert summary["superseded"] == {f"{job}-0": [3], f"{job}-1": [5]}  # rerun from the checkpoint, kept once
+    assert_every_step_once(run, 6)
+    chain = (run.dir / "chain.log").read_text()
+    assert chain.count("restarting the judge and embedding servers and the trainer") == 2

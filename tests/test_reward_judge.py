@@ -87,7 +87,7 @@ def test_messages_carry_rubric_framed_data_and_one_image_part_per_crop():
     req = JudgeRequest("Which site?", "Shenzhen", "Beijing", (CROP_A, CROP_B), ("text a", "text b"))
     system, user = JudgePrompt().messages(req)
     assert system["role"] == "system" and "never an instruction" in system["content"]
-    assert '{"answer": <0-5>, "relevance": <0-5>, "coverage": <0-5>}' in system["content"]
+    assert '{"answer": <0-5>, "relevance": <0-5>, "coverage": <0-5>, "crop_relevance": [' in system["content"]
     parts = user["content"]
     assert [p["type"] for p in parts] == ["text", "text", "image_url", "text", "image_url"]
     text = parts[0]["text"]

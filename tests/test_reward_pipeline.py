@@ -7,7 +7,10 @@ import dataclasses
 import json
 import re
 import socket
+import threading
+import time
 
+import numpy as np
 import pytest
 
 from data_prep.cache import CacheError
@@ -15,7 +18,7 @@ from data_prep.sample import SAMPLE_FACTS
 from data_prep.types import InputError
 from reward.config import RewardConfig
 from reward.groundtruth import GroundTruth, pack_ground_truth
-from reward.judge import crop_pngs
+from reward.judge import ServerOutageError, crop_pngs
 from reward.pipeline import RewardScorer
 from reward.quote_reward import REWARD_NAME, REWARD_TYPE, compute_score
 from reward.resolve import resolve_quotes
@@ -103,12 +106,47 @@ def test_verbatim_quotes_cite_their_blocks(cache):
     assert [c.page for c in cits] == [1, 2]
 
 
-def test_page_window_limits_citations_to_the_window(cache):
-    scorer = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical"))
-    ((b, cits),) = scorer.score([inp({"answer": "x", "quotes": [EN]}, gt(cache, pages=(4, 4)))])
-    assert [c.page for c in cits] == [4]  # the page-1 sentence was outside what the policy saw
+def test_quotes_resolve_over_the_whole_document_by_default_and_the_window_is_an_option(cache):
+    # Issue 12: the paper resolves against the whole document; the evidence pages only place the rendered window.
+    fig = SAMPLE_FACTS.fact("figure_sentence")  # on page 3
+    assert fig.page == 3
+    g = gt(cache, pages=(1, 2))
+    paper = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical"))
+    ((_, (doc_cit,)),) = paper.score([inp({"answer": "July", "quotes": [fig.text]}, g)])
+    assert (doc_cit.page, doc_cit.block_id) == (3, block_of(cache, fig.text)) and doc_cit.similarity > 0.9
+    window = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical", candidates="window"))
+    ((_, (win_cit,)),) = window.score([inp({"answer": "July", "quotes": [fig.text]}, g)])
+    assert win_cit.page == 2 and win_cit.similarity < 0.7  # the earlier rule: the best block of pages 1-2
+    assert (win_cit.page, win_cit.block_id, round(win_cit.similarity, 2)) == tuple(
+        (c.page, c.block_id, round(c.similarity, 2)) for c in resolve_quotes([fig.text], cache, pages=(1, 2))
+    )[0]
+    ((_, cits),) = window.score([inp({"answer": "x", "quotes": [EN]}, gt(cache, pages=(4, 4)))])
+    assert [c.page for c in cits] == [4]  # window: the page-1 sentence was outside what the policy saw
     with pytest.raises(InputError, match="exceeds document"):
-        scorer.score([inp({"answer": "x", "quotes": [EN]}, gt(cache, pages=(3, 9)))])
+        paper.score([inp({"answer": "x", "quotes": [EN]}, gt(cache, pages=(3, 9)))])
+
+
+def test_repeated_quotes_give_two_citations_and_the_old_rule_gives_one(cache):
+    cfg = {"cache_dir": str(cache.path.parent), "judge": "lexical"}
+    ((b, cits),) = RewardScorer(RewardConfig(**cfg)).score([inp({"answer": "x", "quotes": [EN, EN]}, gt(cache))])
+    assert b.n_quotes == 2 and len(cits) == 2 and cits[0].block_id != cits[1].block_id  # Hungarian: distinct blocks
+    old = RewardScorer(RewardConfig(**cfg, dedupe_quotes=True, max_quotes=8))
+    ((b, cits),) = old.score([inp({"answer": "x", "quotes": [EN, EN]}, gt(cache))])
+    assert b.n_quotes == 1 and len(cits) == 1
+
+
+def test_quote_bound_is_counted_and_logged_not_silent(cache, caplog):
+    quotes = [f"Quote number {i} about the panels." for i in range(10)]
+    scorer = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical"))
+    ((b, cits),) = scorer.score([inp({"answer": "x", "quotes": quotes}, gt(cache))])
+    assert b.n_quotes == 10 and len(cits) == 10 and scorer.last.quotes_over_bound == 0  # no cap at 8
+    small = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical", max_quotes=8))
+    with caplog.at_level("WARNING", logger="reward"):
+        ((b, cits),) = small.score([inp({"answer": "x", "quotes": quotes}, gt(cache))])
+    assert b.n_quotes == 8 and len(cits) == 8  # the earlier cap: quotes 9 and 10 lost, but now counted and logged
+    assert (small.last.responses_over_bound, small.last.quotes_over_bound) == (1, 2)
+    assert small.last.counters()["quotes_over_bound"] == 2
+    assert any("more than max_quotes=8" in r.getMessage() for r in caplog.records)
 
 
 def test_abstained_citations_leave_no_evidence_to_score(cache):
@@ -120,7 +158,7 @@ def test_abstained_citations_leave_no_evidence_to_score(cache):
     assert out[0]["overall"] == 0.0 and out[0]["answer"] == 5.0
 
 
-@pytest.mark.parametrize("resolver", ["lexical", "bm25"])
+@pytest.mark.parametrize("resolver", ["lexical", "bm25", "bm25_lucene", "fused"])
 def test_text_resolvers_run_in_the_pipeline(cache, resolver):
     scorer = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical", resolver=resolver))
     ((b, cits),) = scorer.score([inp({"answer": "Every 14 days", "quotes": [ROTATED]}, gt(cache, "q4"))])
@@ -150,6 +188,55 @@ def test_judge_request_carries_crops_and_never_the_quotes(cache):
     assert "It was Shenzhen." in dumped and QA.question in dumped and json.dumps(QA.answer)[1:-1] in dumped
 
 
+def _crop_judge(content_for):
+    """A judge server answering each chat request with ``content_for(n_crops)``."""
+
+    def handler(path, body, n):
+        if not path.endswith("/chat/completions"):
+            return None
+        parts = body["messages"][1]["content"]
+        n_crops = sum(p["type"] == "image_url" for p in parts)
+        return Reply(json=chat_completion(content_for(n_crops)))
+
+    return ScriptedOpenAIServer(handler=handler)
+
+
+PADDING = [SAMPLE_FACTS.fact(k).text for k in ("rotated_sentence", "list_item", "figure_sentence")]
+"""Three sample sentences that say nothing about which site had the highest yield."""
+
+
+def test_precision_form_pays_a_tight_citation_more_than_the_same_plus_three_irrelevant(cache):
+    tight = {"answer": "Shenzhen", "quotes": [EN]}
+    padded = {"answer": "Shenzhen", "quotes": [EN, *PADDING[:3]]}
+    assert len(padded["quotes"]) == 4
+    g = gt(cache)
+
+    def reply(n_crops):  # the judge: full marks overall, only the first crop relevant
+        return json.dumps({"answer": 5, "relevance": 5, "coverage": 5, "crop_relevance": [1] + [0] * (n_crops - 1)})
+
+    with _crop_judge(reply) as srv:
+        out = {}
+        for form in ("gated", "precision"):
+            scorer = RewardScorer(http_config(cache, srv.url, reward_form=form))
+            (t, _), (p, _) = scorer.score([inp(tight, g), inp(padded, g)])
+            out[form] = (t.overall, p.overall)
+            assert scorer.last.judge_no_crop_relevance == 0
+    assert out["gated"] == (1.0, 1.0)  # the paper's form pays the padding in full when r and c stay high
+    assert out["precision"] == (1.0, pytest.approx(1 - 0.5 * 3 / 4))  # tight beats padded
+    assert out["precision"][0] > out["precision"][1]
+
+
+def test_precision_form_with_an_older_judge_reply_charges_only_repeats(cache):
+    g = gt(cache)
+    with _crop_judge(lambda n: '{"answer": 5, "relevance": 5, "coverage": 5}') as srv:
+        scorer = RewardScorer(http_config(cache, srv.url, reward_form="precision"))
+        (a, _), (b, _) = scorer.score(
+            [inp({"answer": "Shenzhen", "quotes": [EN, ROW]}, g), inp({"answer": "Shenzhen", "quotes": [EN, EN]}, g)]
+        )
+    assert a.overall == 1.0 and b.overall == pytest.approx(1 - 0.5 / 2)  # the repeated quote is charged
+    assert scorer.last.judge_no_crop_relevance == 2
+
+
 def test_unparseable_responses_make_no_judge_call(cache):
     g = gt(cache)
     with ScriptedOpenAIServer() as srv:
@@ -163,6 +250,8 @@ def test_unparseable_responses_make_no_judge_call(cache):
 
 def test_unscorable_response_gets_its_group_mean_and_a_dead_group_gets_zero(cache):
     def handler(path, body, n):
+        if path != "/v1/chat/completions":
+            return None  # /health answers: the failures below are single bad calls, not an outage
         a = answer_in(body)
         if a.startswith("FAIL"):
             return Reply(status=500)
@@ -190,15 +279,97 @@ def test_unscorable_response_gets_its_group_mean_and_a_dead_group_gets_zero(cach
     assert (dict(s.judge.failures), s.judge.retries, dict(s.reject_reasons)) == ({"http_5xx": 4}, 4, {"no_object": 1})
 
 
-def test_judge_outage_never_raises(cache):
+def test_judge_that_stays_down_ends_the_call_with_one_outage_error_after_its_budget(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("QUOTECITE_METRICS_DIR", str(tmp_path / "seg"))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     g = gt(cache)
-    out = compute_score(
-        [inp({"answer": "a", "quotes": [EN]}, g), inp("prose", g)], **http_config(cache, dead).to_dict()
-    )
-    assert [(d["overall"], d["unscorable"], d["format_ok"]) for d in out] == [(0.0, 1.0, 1.0), (0.0, 0.0, 0.0)]
+    t0 = time.monotonic()
+    with pytest.raises(ServerOutageError) as e:
+        compute_score(
+            [inp({"answer": "a", "quotes": [EN]}, g), inp("prose", g)],
+            **http_config(cache, dead, judge_outage_s=1.5).to_dict(),
+        )
+    assert 1.5 <= time.monotonic() - t0 < 10
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"judge at {dead}/chat/completions is down: no answer for ")
+    assert "judge_outage_s=1.5" in msg and isinstance(e.value, InputError)  # the CLIs print it as one line
+    marker = json.loads((tmp_path / "seg" / "server_outage.json").read_text())  # what the launch reads
+    assert (marker["what"], marker["url"], marker["budget_s"]) == ("judge", f"{dead}/chat/completions", 1.5)
+    assert marker["waited_s"] >= 1.5
+
+
+@pytest.mark.parametrize("how", ["http_503", "refused"])
+def test_a_judge_down_for_a_while_pauses_the_call_and_then_gives_real_scores(cache, how):
+    g = gt(cache)
+    batch = [inp({"answer": QA.answer, "quotes": [EN]}, g), inp({"answer": "Beijing", "quotes": [EN]}, g)]
+    up_at = time.monotonic() + 2.0
+    servers: list[ScriptedOpenAIServer] = []
+    if how == "http_503":  # vLLM restarting: /health and the API answer 503 until it is back
+
+        def handler(path, body, n):
+            return Reply(status=503) if time.monotonic() < up_at else None
+
+        servers.append(ScriptedOpenAIServer(handler=handler).start())
+        port = servers[0]._httpd.server_address[1]
+    else:  # nothing listens on the port (connections are refused) until the server is back
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        threading.Timer(2.0, lambda: servers.append(ScriptedOpenAIServer(port=port).start())).start()
+    try:
+        scorer = RewardScorer(http_config(cache, f"http://127.0.0.1:{port}/v1", judge_outage_s=30))
+        out = [b for b, _ in scorer.score(batch)]
+    finally:
+        time.sleep(max(0.0, up_at + 0.2 - time.monotonic()))
+        for srv in servers:
+            srv.stop()
+    assert time.monotonic() >= up_at
+    assert [b.unscorable for b in out] == [0.0, 0.0]  # real scores, not group means
+    assert [b.answer for b in out] == [4.0, 4.0]  # the server's scripted score
+    js = scorer.last.judge
+    assert js.outages >= 1 and js.outage_wait_s > 0 and js.ok == 2 and not js.failures
+    assert scorer.last.counters()["judge_outages"] == js.outages  # reaches the per-step counters
+
+
+def test_an_embedder_down_for_a_while_pauses_the_call_and_then_embeds(sample_pdf, tmp_path):
+    from data_prep.cache import build_cache
+    from data_prep.encoders import get_encoder
+    from data_prep.parsers import get_parser
+
+    state = {"down_until": 0.0}
+
+    def handler(path, body, n):
+        return Reply(status=503) if time.monotonic() < state["down_until"] else None
+
+    with ScriptedOpenAIServer(handler=handler, embed_dim=8) as srv:
+        enc = get_encoder("qwen3-vl-embedding", transport="http", url=srv.url, dim=8, block_content="text",
+                          max_retries=0)  # fmt: skip
+        cached = build_cache(sample_pdf, get_parser("pdftext"), enc, tmp_path)
+        config = RewardConfig(cache_dir=str(tmp_path), judge="lexical", embed_url=srv.url, judge_outage_s=30)
+        scorer = RewardScorer(config)
+        # down for longer than the encoder's own retries (1 + 2 + 4 s of backoff): only the outage wait saves the call
+        state["down_until"] = time.monotonic() + 9.0
+        out = scorer.score([inp({"answer": "a", "quotes": [EN, ROW]}, gt(cached))] * 2)
+    assert all(len(cits) == 2 and b.unscorable == 0.0 for b, cits in out)
+    assert scorer.last.embed_outages >= 1 and scorer.last.embed_outage_wait_s > 0
+
+
+def test_single_bad_judge_calls_while_the_server_is_up_stay_unscorable_without_waiting(cache):
+    g = gt(cache)
+    batch = [inp({"answer": f"a{i}", "quotes": [EN]}, g) for i in range(3)]
+
+    def handler(path, body, n):
+        return Reply(status=500) if path == "/v1/chat/completions" and answer_in(body) == "a1" else None
+
+    with ScriptedOpenAIServer(handler=handler) as srv:
+        scorer = RewardScorer(http_config(cache, srv.url, judge_outage_s=600))
+        t0 = time.monotonic()
+        out = [b for b, _ in scorer.score(batch)]
+    assert time.monotonic() - t0 < 30  # no outage wait: /health answers and the others got scores
+    assert [b.unscorable for b in out] == [0.0, 1.0, 0.0]
+    assert scorer.last.judge.outages == 0 and dict(scorer.last.judge.failures) == {"http_5xx": 1}
 
 
 def test_embedding_outage_makes_responses_unscorable(cache):
@@ -416,6 +587,8 @@ def test_groups_are_found_by_qid_wherever_their_responses_sit(cache):
     so a prompt's n responses need not be consecutive: the unscorable fill must follow the qid, not the position."""
 
     def handler(path, body, n):
+        if path != "/v1/chat/completions":
+            return None  # /health answers: the failures below are single bad calls, not an outage
         a = answer_in(body)
         if a.startswith("FAIL"):
             return Reply(status=500)
@@ -443,6 +616,8 @@ def test_cli_scores_a_group_together_even_when_its_lines_are_apart(cache, tmp_pa
     from reward.__main__ import COMMANDS
 
     def handler(path, body, n):
+        if path != "/v1/chat/completions":
+            return None
         a = answer_in(body)
         return Reply(status=500) if a == "FAIL" else chat_completion(
             json.dumps({"answer": int(a[1]), "relevance": 5, "coverage": 5}))  # fmt: skip
@@ -489,17 +664,113 @@ def test_a_judge_that_rejects_its_whole_first_batch_is_misconfiguration(cache, r
     assert fragment in str(e.value) and srv.url in str(e.value)
 
 
-def test_first_batch_outages_and_later_rejections_never_raise(cache):
+def test_whole_batch_outages_raise_after_the_budget_and_later_rejections_are_unscorable(cache):
     g = gt(cache)
     batch = [inp({"answer": f"a{i}", "quotes": [EN]}, g) for i in range(3)]
     state = {"reply": Reply(status=503)}
-    with ScriptedOpenAIServer(handler=lambda path, body, n: state["reply"]) as srv:
-        scorer = RewardScorer(dataclasses.replace(http_config(cache, srv.url), timeout_s=0.5))
-        for reply in (Reply(status=503), Reply(status=429), Reply(hang=True)):  # outages before any success
+    with ScriptedOpenAIServer(handler=lambda path, body, n: state["reply"] if path != "/health" else None) as srv:
+        scorer = RewardScorer(dataclasses.replace(http_config(cache, srv.url), timeout_s=0.5, judge_outage_s=0.5))
+        for reply in (Reply(status=503), Reply(status=429), Reply(hang=True)):  # every call failing: an outage
             state["reply"] = reply
-            assert [b.unscorable for b, _ in scorer.score(batch)] == [1.0] * 3
+            with pytest.raises(ServerOutageError, match="is down"):
+                scorer.score(batch)
         state["reply"] = None  # the default server: scores
         assert [b.unscorable for b, _ in scorer.score(batch)] == [0.0] * 3
-        state["reply"] = Reply(status=404, json=VLLM_404)  # the judge answered before: now an outage, counted
+        state["reply"] = Reply(status=404, json=VLLM_404)  # the judge answered before: bad responses, counted
         assert [b.unscorable for b, _ in scorer.score(batch)] == [1.0] * 3
     assert dict(scorer.last.judge.failures) == {"http_4xx": 3}
+
+
+# --------------------------------------------------------------------------------------------- the keep key
+def test_keep_is_the_group_mean_where_rewards_differ_and_minus_one_where_they_cannot_teach(cache):
+    from reward.scoring import KEEP_DROP
+
+    def handler(path, body, n):
+        if path != "/v1/chat/completions":
+            return None
+        a = answer_in(body)
+        if a.startswith("FAIL"):
+            return Reply(status=500)
+        return chat_completion(json.dumps({"answer": int(a[1]), "relevance": 5, "coverage": 5}))
+
+    def resp(answer):
+        return {"answer": answer, "quotes": [EN]}
+
+    groups = {
+        "varied": ["A5", "A0", "A5", "FAIL1"],  # rewards 1, 0, 1 (+ one unscorable): mean 2/3, it teaches
+        "same": ["A4", "A4", "A4", "A4"],  # all 0.8: every advantage would be 0 (DAPO drops it)
+        "same_but_one_failed": ["A4", "FAIL2", "A4", "A4"],  # the known ones equal: the filled one changes nothing
+        "all_zero": ["A0", "A0", "A0", "A0"],
+        "dead": ["FAIL3", "FAIL4", "FAIL5", "FAIL6"],  # nothing scorable: dropped, never trained as zeros
+    }
+    batch = [inp(resp(a), gt(cache, qid)) for qid, answers in groups.items() for a in answers]
+    with ScriptedOpenAIServer(handler=handler) as srv:
+        scorer = RewardScorer(http_config(cache, srv.url, judge_outage_s=600))
+        out = [b for b, _ in scorer.score(batch)]
+    keep = {qid: {round(b.keep, 9) for b in out[4 * i : 4 * i + 4]} for i, qid in enumerate(groups)}
+    assert keep["varied"] == {round(2 / 3, 9)}
+    assert keep["same"] == keep["same_but_one_failed"] == keep["all_zero"] == keep["dead"] == {KEEP_DROP}
+    assert [b.overall for b in out[4:8]] == pytest.approx([0.8] * 4)  # the reward itself is untouched
+    s = scorer.last
+    assert (s.groups, s.groups_zero_variance, s.groups_all_unscorable) == (5, 3, 1)
+    # EasyR1's filter (mean of filter_key per uid, kept strictly inside the band) keeps exactly the varied group
+    low, high = 0.01, 0.99
+    kept = [
+        qid for i, qid in enumerate(groups) if low < float(np.mean([b.keep for b in out[4 * i : 4 * i + 4]])) < high
+    ]
+    assert kept == ["varied"]
+
+
+def lexical_group(cache, qid: str, answers: list[str]) -> list[dict]:
+    return [inp({"answer": a, "quotes": [EN]}, gt(cache, qid)) for a in answers]
+
+
+def test_training_batch_records_replay_the_filter_across_attempts(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("QUOTECITE_METRICS_DIR", str(tmp_path / "seg"))
+    config = RewardConfig(cache_dir=str(cache.path.parent), judge="lexical", batch_groups=2, keep_band=[0.01, 0.99])
+    scorer = RewardScorer(config)
+    right, wrong = QA.answer, "Beijing"
+    # validation (one response per question) is never a training batch
+    scorer.score(lexical_group(cache, "v1", [right]) + lexical_group(cache, "v2", [wrong]))
+    assert scorer.last_batch is None
+    # attempt 1: one group that teaches, one that cannot (all wrong): EasyR1 needs another attempt
+    first = lexical_group(cache, "a", [right, wrong, wrong]) + lexical_group(cache, "b", [wrong] * 3)
+    out1 = [b for b, _ in scorer.score(first)]
+    assert scorer.last_batch is None
+    # attempt 2: two more that teach; EasyR1 keeps the first 2 kept groups in order: a and c (d is surplus)
+    second = lexical_group(cache, "c", [wrong, right, right]) + lexical_group(cache, "d", [right, wrong, wrong])
+    out2 = [b for b, _ in scorer.score(second)]
+    rec = scorer.last_batch
+    assert rec["qids"] == ["a", "c"] and rec["calls"] == 2 and rec["responses"] == 6
+    assert (rec["groups_seen"], rec["groups_trained"]) == (4, 2)
+    assert rec["dropped"] == {"zero_variance": 1, "all_unscorable": 0, "out_of_band": 0, "surplus": 1}
+    trained = out1[:3] + out2[:3]
+    assert rec["reward"]["overall"] == pytest.approx(np.mean([b.overall for b in trained]))
+    assert rec["reward"]["format_ok"] == 1.0 and rec["counters"]["responses"] == 12  # both attempts' counters
+    lines = [json.loads(x) for x in (tmp_path / "seg" / "reward_batches.jsonl").read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["batch"] == 1 and lines[0]["qids"] == ["a", "c"]
+    # without online filtering (no band) every group of a call trains, one call per step
+    scorer = RewardScorer(dataclasses.replace(config, keep_band=None))
+    scorer.score(first)
+    assert scorer.last_batch["qids"] == ["a", "b"] and scorer.last_batch["batch"] == 1
+
+
+def test_cli_waits_judge_outage_s_for_a_dead_judge_then_stops_with_one_line(cache, tmp_path, capsys):
+    from data_prep.cli import main
+    from reward.__main__ import COMMANDS
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text(json.dumps(inp({"answer": "a", "quotes": [EN]}, gt(cache))) + "\n")
+    argv = ["score", "--inputs", str(src), "--cache-dir", str(cache.path.parent), "--judge-url", dead,
+            "--judge-model", "judge-model", "--retries", "0", "--judge-outage-s", "1", "--out", str(out)]  # fmt: skip
+    t0 = time.monotonic()
+    assert main("python -m reward", "", COMMANDS, argv) == 2
+    assert time.monotonic() - t0 >= 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"python -m reward score: error: judge at {dead}/chat/completions is down"
+    )
+    assert not out.exists()

@@ -332,3 +332,25 @@ def test_resolve_env_marks_an_unset_variable_without_default():
 def test_overrides_parse_values_as_yaml_scalars():
     got = apply_overrides({}, ["worker.reward.reward_function_kwargs.max_crops=4", "data.x=null", "novalue"])
     assert got == {"worker": {"reward": {"reward_function_kwargs": {"max_crops": 4}}}, "data": {"x": None}}
+
+
+def test_a_format_prompt_or_reward_file_that_does_not_resolve_fails_the_check(data, tmp_path, monkeypatch):
+    # Run from another folder, the recipe's relative paths point nowhere: EasyR1 would only print "not found" and
+    # train without our prompt, so the check fails naming each path.
+    monkeypatch.chdir(tmp_path)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE.replace("data: {", "data: {format_prompt: ./recipes/prompts/language_interface.jinja, ")
+                      % "")  # fmt: skip
+    rc, out, err = _check_recipe(recipe, f"data.train_files={data / 'train.parquet'}",
+                                 f"worker.reward.reward_function_kwargs.cache_dir={data / 'cache'}")  # fmt: skip
+    assert rc == 1 and failure_kinds(err) == ["config"], out + err
+    assert "data.format_prompt" in out and "worker.reward.reward_function" in out
+    assert f"resolved to {tmp_path}/recipes/prompts/language_interface.jinja" in out
+    # the absolute paths the launch passes resolve from anywhere
+    rc, out, err = _check_recipe(
+        recipe, f"data.train_files={data / 'train.parquet'}",
+        f"worker.reward.reward_function_kwargs.cache_dir={data / 'cache'}",
+        f"data.format_prompt={REPO}/recipes/prompts/language_interface.jinja",
+        f"worker.reward.reward_function={REPO}/reward/quote_reward.py:compute_score",
+    )  # fmt: skip
+    assert (rc, err) == (0, ""), out

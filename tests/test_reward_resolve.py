@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 import itertools
 import random
 import re
@@ -50,7 +51,9 @@ def make_doc(pages_texts: list[tuple[int, str]], embeddings=None, encoder_name: 
         "n_pages": max(p for p, _ in pages_texts),
         "encoder": None if emb is None else {"name": encoder_name, "dim": emb.shape[1], "fingerprint": ""},
     }
-    return CachedDoc("synthetic", Path("/nonexistent"), manifest, blocks, emb)
+    # A key per content: the resolvers keep per-document text indexes by key.
+    key = "synthetic-" + hashlib.sha256(repr((pages_texts, encoder_name)).encode()).hexdigest()[:12]
+    return CachedDoc(key, Path("/nonexistent"), manifest, blocks, emb)
 
 
 # Three blocks with orthogonal-ish unit embeddings; quotes placed at chosen cosines.
@@ -155,18 +158,32 @@ def test_lexical_scores_are_token_f1():
     assert c.block_id == 1
 
 
-def test_bm25_term_in_half_the_blocks_still_counts():
-    # "solar" is in exactly 2 of 4 blocks: Okapi IDF ln((4-2+.5)/(2+.5)) = 0 would make it worthless.
-    sim, _ = similarity_matrix(["solar"], TEXT_DOC, resolver="bm25")
-    assert sim[0, 0] > 0 and sim[0, 2] > 0
-    assert sim[0, 1] == 0 and sim[0, 3] == 0
+def test_bm25_is_okapi_from_rank_bm25():
     from rank_bm25 import BM25Okapi
 
-    okapi = BM25Okapi([tokenize(b.text) for b in TEXT_DOC.blocks]).get_scores(["solar"])
-    assert okapi.tolist() == [0.0, 0.0, 0.0, 0.0]  # the failure this variant avoids
+    from reward.resolve import BM25_B, BM25_K1
+
+    texts = [tokenize(b.text) for b in TEXT_DOC.blocks]
+    for quote in ("solar yield peaked in July", "every fifteen minutes", "solar"):
+        sim, _ = similarity_matrix([quote], TEXT_DOC, resolver="bm25")
+        expected = BM25Okapi(texts, k1=BM25_K1, b=BM25_B).get_scores(tokenize(quote))
+        assert sim[0].tolist() == pytest.approx(expected.tolist(), rel=1e-5, abs=1e-6)
 
 
-def test_bm25_term_in_most_blocks_keeps_a_positive_idf():
+def test_okapi_and_lucene_idf_differ_on_a_term_in_half_the_blocks():
+    # "solar" is in exactly 2 of 4 blocks: Okapi IDF ln((4-2+.5)/(2+.5)) = 0, so it carries no weight (the paper's
+    # BM25 control); the earlier variant's Lucene IDF ln(1 + 1) keeps it, so the two resolvers rank differently.
+    okapi, _ = similarity_matrix(["solar"], TEXT_DOC, resolver="bm25")
+    lucene, _ = similarity_matrix(["solar"], TEXT_DOC, resolver="bm25_lucene")
+    assert okapi[0].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert lucene[0, 0] > 0 and lucene[0, 2] > 0 and lucene[0, 1] == 0 and lucene[0, 3] == 0
+    # A quote whose only rare word is weak: "solar station" -> Lucene lets "solar" pull block 0/2 level with 3.
+    okapi, _ = similarity_matrix(["solar station"], TEXT_DOC, resolver="bm25")
+    lucene, _ = similarity_matrix(["solar station"], TEXT_DOC, resolver="bm25_lucene")
+    assert okapi[0, 0] == 0.0 < lucene[0, 0]
+
+
+def test_bm25_lucene_keeps_the_earlier_numbers():
     docs = [["common", "a"], ["common", "b"], ["common", "c"], ["d"]]
     s = bm25_scores([["common"]], docs)
     assert (s[0, :3] > 0).all() and s[0, 3] == 0
@@ -174,11 +191,82 @@ def test_bm25_term_in_most_blocks_keeps_a_positive_idf():
     idf = np.log(1 + 1.5 / 3.5)
     norm = 1.2 * (1 - 0.75 + 0.75 * 2 / 1.75)
     assert s[0, 0] == pytest.approx(idf * 2.2 / (1 + norm), rel=1e-5)
+    doc = make_doc([(1, " ".join(d)) for d in docs])
+    sim, _ = similarity_matrix(["common"], doc, resolver="bm25_lucene")
+    assert sim[0].tolist() == pytest.approx(s[0].tolist(), rel=1e-6)
+    # Okapi floors the negative IDF of "common" (in 3 of 4) at 0.25 x the mean IDF: smaller, still positive.
+    okapi, _ = similarity_matrix(["common"], doc, resolver="bm25")
+    assert 0 < okapi[0, 0] < s[0, 0] and okapi[0, 3] == 0
+
+
+def test_bm25_window_uses_the_window_statistics():
+    from rank_bm25 import BM25Okapi
+
+    doc = make_doc([(1, "alpha x"), (1, "beta"), (1, "gamma"), (2, "delta x"), (2, "epsilon x")])
+    window, ids = similarity_matrix(["x"], doc, resolver="bm25", pages=(1, 1))
+    expected = BM25Okapi([["alpha", "x"], ["beta"], ["gamma"]], k1=1.2, b=0.75).get_scores(["x"])
+    assert ids.tolist() == [0, 1, 2] and window[0].tolist() == pytest.approx(expected.tolist(), rel=1e-5)
+    whole, _ = similarity_matrix(["x"], doc, resolver="bm25")  # x in 3 of 5: a floored IDF, smaller
+    assert 0 < whole[0, 0] < window[0, 0]
 
 
 def test_bm25_resolver_prefers_the_block_with_the_rare_terms():
     (c,) = resolve_quotes(["solar yield peaked in July"], TEXT_DOC, resolver="bm25")
     assert c.block_id == 2
+
+
+# --------------------------------------------------------------------------------------------- fused
+FUSED_DOC = make_doc(
+    [
+        (1, "Revenue grew in the north region."),
+        (1, "Revenue grew in the south region."),
+        (2, "Staff numbers were stable all year."),
+    ],
+    np.eye(3),
+    encoder_name="table",
+)
+
+
+def test_fused_is_reciprocal_rank_fusion_of_the_quotes_embedding_and_bm25_ranks():
+    from reward.resolve import FUSED_K
+
+    enc = TableEncoder({"revenue grew": unit(1, 0.5, 0)})
+    sim, _ = similarity_matrix(["revenue grew"], FUSED_DOC, resolver="fused", encoder=enc)
+    # embedding ranks 0, 1, 2; BM25: blocks 0 and 1 tie (both rank 1), block 2 shares no term (no BM25 credit).
+    expected = [2 / (FUSED_K + 1), 1 / (FUSED_K + 2) + 1 / (FUSED_K + 1), 1 / (FUSED_K + 3)]
+    assert sim[0].tolist() == pytest.approx(expected, rel=1e-6)
+
+
+def test_fused_context_breaks_a_tie_the_quote_leaves_open():
+    # The quote fits blocks 0 and 1 equally (same cosine, same BM25); the question and answer name the south.
+    enc = TableEncoder({"revenue grew": unit(1, 1, 0), "Where did revenue grow?\nIn the south region": unit(0, 1, 0)})
+    (alone,) = resolve_quotes(["revenue grew"], FUSED_DOC, resolver="fused", encoder=enc)
+    (with_ctx,) = resolve_quotes(
+        ["revenue grew"],
+        FUSED_DOC,
+        resolver="fused",
+        encoder=enc,
+        context="Where did revenue grow?\nIn the south region",
+    )
+    assert (alone.block_id, with_ctx.block_id) == (0, 1)
+    # The embedding resolver ignores the context: same tie, first block.
+    (emb,) = resolve_quotes(["revenue grew"], FUSED_DOC, encoder=enc, context="ignored")
+    assert emb.block_id == 0
+
+
+def test_fused_quote_keeps_the_larger_say():
+    # The quote's two rankings agree on block 2; the context points at block 1: the quote wins.
+    enc = TableEncoder({"staff numbers stable": unit(0.1, 0.2, 1), "ctx": unit(0.2, 1, 0.1)})
+    (c,) = resolve_quotes(["staff numbers stable"], FUSED_DOC, resolver="fused", encoder=enc, context="ctx")
+    assert c.block_id == 2
+
+
+def test_resolver_flags():
+    from reward.resolve import resolver_names, resolver_uses_context, resolver_uses_encoder
+
+    assert {"embedding", "lexical", "bm25", "bm25_lucene", "fused"} <= set(resolver_names())
+    assert [resolver_uses_encoder(n) for n in ("embedding", "fused", "bm25", "lexical")] == [True, True, False, False]
+    assert [resolver_uses_context(n) for n in ("embedding", "fused", "bm25")] == [False, True, False]
 
 
 # --------------------------------------------------------------------------------------------- real MiniLM, real PDFs

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from reward.response import (
+    DEFAULT_MAX_QUOTES,
     REJECT_REASONS,
     ScanStats,
     find_json_objects,
@@ -53,7 +54,7 @@ PARSE_CASES = [
     ('{"answer": "x", "quotes": ["bad \\ud800 half"]}', True, None, "x", ("bad ? half",)),  # lone surrogate
     ('{"answer": 42, "quotes": ["q"]}', True, None, "42", ("q",)),  # a numeric answer
     ('{"answer": "  a\\n b ", "quotes": ["  two\\n\\tlines  "]}', True, None, "a b", ("two lines",)),  # whitespace
-    ('{"answer": "x", "quotes": ["a", "a", "b", " a "]}', True, None, "x", ("a", "b")),  # exact duplicates dropped
+    ('{"answer": "x", "quotes": ["a", "a", "b", " a "]}', True, None, "x", ("a", "a", "b", "a")),  # repeats kept
     ('{"answer": "x", "quotes": ["", "  ", "a"]}', True, None, "x", ("a",)),  # empty quotes dropped, rest kept
     ("I could not find the answer.", False, "no_object", "", ()),  # no object
     ("", False, "no_object", "", ()),  # empty response
@@ -83,15 +84,33 @@ def test_every_reject_reason_is_reachable():
     assert {row[2] for row in PARSE_CASES if not row[1]} == set(REJECT_REASONS)
 
 
-def test_quotes_are_capped_after_dedup_in_order():
+def test_old_rule_dedupes_then_caps_in_order():
     quotes = ["q0", "q0", "q1", "q2", "q3", "q4"]
-    parsed = parse_response(json.dumps({"answer": "x", "quotes": quotes}), max_quotes=3)
+    parsed = parse_response(json.dumps({"answer": "x", "quotes": quotes}), max_quotes=3, dedupe=True)
     assert parsed.quotes == ("q0", "q1", "q2")
+    assert parsed.dropped == 2  # q3, q4: counted, so the caller can log them
 
 
-def test_default_cap_is_eight():
-    parsed = parse_response(json.dumps({"answer": "x", "quotes": [f"q{i}" for i in range(20)]}))
-    assert parsed.quotes == tuple(f"q{i}" for i in range(8))
+def test_repeated_quotes_are_separate_quotes_by_default():
+    # The paper: every quote is resolved; the one-to-one assignment gives two equal quotes two blocks.
+    text = json.dumps({"answer": "x", "quotes": ["A", "A"]})
+    assert parse_response(text).quotes == ("A", "A")
+    assert parse_response(text, dedupe=True).quotes == ("A",)  # the earlier rule
+
+
+def test_no_silent_cap_ten_distinct_quotes_are_all_kept():
+    quotes = [f"quote number {i}" for i in range(10)]
+    parsed = parse_response(json.dumps({"answer": "x", "quotes": quotes}))
+    assert parsed.quotes == tuple(quotes) and parsed.dropped == 0
+    old = parse_response(json.dumps({"answer": "x", "quotes": quotes}), max_quotes=8, dedupe=True)
+    assert old.quotes == tuple(quotes[:8]) and old.dropped == 2  # the earlier cap lost quotes 9 and 10
+
+
+def test_safety_bound_keeps_the_first_quotes_and_counts_the_rest():
+    assert DEFAULT_MAX_QUOTES >= 64
+    quotes = [f"q{i}" for i in range(DEFAULT_MAX_QUOTES + 5)]
+    parsed = parse_response(json.dumps({"answer": "x", "quotes": quotes}))
+    assert parsed.quotes == tuple(quotes[:DEFAULT_MAX_QUOTES]) and parsed.dropped == 5
 
 
 def test_non_string_input_is_no_object():

@@ -1,4 +1,4 @@
-"""Pages with ``/Rotate``: parse, crop and the crop shows the text (SPEC, "two known traps", 2).
+"""Pages with ``/Rotate``: parse, crop and the crop shows the text (docs/METHOD.md, "Known traps", 2).
 
 A page is generated for each rotation with a red sentence drawn upright *as displayed*; pdftext must return its
 block in display coordinates, and the 150-dpi crop of that block must be full of red ink and oriented like the

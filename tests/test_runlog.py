@@ -350,3 +350,137 @@ def test_plan_cli_errors_name_the_recipe_setting(tmp_path, capsys):
     recipe.write_text("trainer: {save_freq: -1, max_steps: 4}\n")
     assert main(["plan", "--recipe", str(recipe)]) == 2
     assert "trainer.save_freq must be > 0" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------- issue 9: paths, batches
+def test_plan_pins_the_recipes_relative_paths_and_tells_the_reward_its_batch_shape(tmp_path, capsys):
+    import shlex
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "data: {format_prompt: ./recipes/prompts/language_interface.jinja, rollout_batch_size: 8}\n"
+        "algorithm: {online_filtering: true, filter_key: keep, filter_low: 0.05, filter_high: 0.95}\n"
+        "worker: {reward: {reward_function: ./reward/quote_reward.py:compute_score}}\n"
+        "trainer: {save_freq: 2, max_steps: 4}\n"
+    )
+
+    def plan(*overrides: str) -> dict[str, str]:
+        assert main(["plan", "--recipe", str(recipe), "--repo", str(REPO), "--", *overrides]) == 0
+        return {k: v for k, _, v in (x.partition("=") for x in shlex.split(capsys.readouterr().out))}
+
+    v = plan()
+    assert v["QC_FORMAT_PROMPT_OVERRIDE"] == f"data.format_prompt={REPO}/recipes/prompts/language_interface.jinja"
+    assert v["QC_REWARD_FN_OVERRIDE"] == f"worker.reward.reward_function={REPO}/reward/quote_reward.py:compute_score"
+    assert v["QC_BATCH_GROUPS_OVERRIDE"] == "worker.reward.reward_function_kwargs.batch_groups=8"
+    assert v["QC_KEEP_BAND_OVERRIDE"] == "worker.reward.reward_function_kwargs.keep_band=[0.05,0.95]"
+    # a user's override is pinned too, and what the user sets for the reward is left alone
+    v = plan("data.format_prompt=recipes/prompts/other.jinja", "algorithm.online_filtering=false",
+             "worker.reward.reward_function_kwargs.batch_groups=4")  # fmt: skip
+    assert v["QC_FORMAT_PROMPT_OVERRIDE"] == f"data.format_prompt={REPO}/recipes/prompts/other.jinja"
+    assert v["QC_KEEP_BAND_OVERRIDE"] == "worker.reward.reward_function_kwargs.keep_band=null"  # every group trains
+    assert v["QC_BATCH_GROUPS_OVERRIDE"] == ""
+    # another reward function gets no quote_reward settings; an absolute path stays as it is
+    v = plan("worker.reward.reward_function=/opt/math.py:main")
+    assert v["QC_REWARD_FN_OVERRIDE"] == "worker.reward.reward_function=/opt/math.py:main"
+    assert v["QC_BATCH_GROUPS_OVERRIDE"] == v["QC_KEEP_BAND_OVERRIDE"] == ""
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_merge_puts_each_training_batch_record_on_its_step(tmp_path):
+    a = new_segment(tmp_path, "10", 0)
+    seg_log(tmp_path, a.name, [{"step": s, "reward": {"overall": 0.9}} for s in (1, 2, 3)])
+    batches = [{"batch": n, "time": 1.0, "calls": 1, "groups_trained": 2, "reward": {"overall": n / 10},
+                "qids": [f"q{n}"]} for n in (1, 2, 3)]  # fmt: skip
+    (tmp_path / "segments" / a.name / "reward_batches.jsonl").write_text(
+        "".join(json.dumps(b) + "\n" for b in batches) + '{"batch": 4, "ti'  # torn: killed mid-write
+    )
+    b = new_segment(tmp_path, "11", 2)  # resumed from checkpoint 2: its first batch is step 3
+    seg_log(tmp_path, b.name, [{"step": 3, "reward": {"overall": 0.8}}])
+    (tmp_path / "segments" / b.name / "reward_batches.jsonl").write_text(
+        json.dumps({"batch": 1, "calls": 3, "reward": {"overall": 0.33}, "qids": ["q9"]}) + "\n"
+        + json.dumps({"batch": 2, "calls": 1, "reward": {"overall": 0.44}, "qids": ["q8"]}) + "\n"  # no step 4 logged
+    )  # fmt: skip
+    s = merge_run_log(tmp_path)
+    log = {r["step"]: r for r in (json.loads(x) for x in (tmp_path / "run_log.jsonl").read_text().splitlines())}
+    assert sorted(log) == [1, 2, 3]
+    assert log[1]["train_batch"] == {"calls": 1, "groups_trained": 2, "reward": {"overall": 0.1}, "qids": ["q1"]}
+    assert log[2]["train_batch"]["reward"] == {"overall": 0.2}
+    assert log[3]["segment"] == "11-0" and log[3]["train_batch"]["reward"] == {"overall": 0.33}  # the rerun's batch
+    assert log[3]["train_batch"]["calls"] == 3 and log[3]["reward"] == {"overall": 0.8}
+    assert s.torn_lines == {"10-0": 1}
+
+
+def test_restarts_are_counted_in_the_segment_and_the_manifest(tmp_path, capsys):
+    run = tmp_path / "run"
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("trainer: {save_freq: 1}\n")
+    common = ["--run-dir", str(run), "--max-steps", "4"]
+    assert main(["prepare", *common, "--job-id", "60", "--recipe", str(recipe)]) == 0
+    capsys.readouterr()
+    for what in ("judge", "judge", "embed"):
+        assert main(["restart", "--run-dir", str(run), "--segment", "60-0", "--what", what, "--reason", "x"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "QC_RUN_RESTARTS=embed=1,judge=2"
+    (seg,) = load_segments(run)
+    assert seg.extra["restarts"] == {"judge": 2, "embed": 1} and len(seg.extra["restart_log"]) == 3
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["restarts"] == {"judge": 2, "embed": 1} and man["jobs"][0]["restarts"] == {"judge": 2, "embed": 1}
+    assert main(["restart", "--run-dir", str(run), "--segment", "60-9", "--what", "judge"]) == 2
+    assert "no segment '60-9'" in capsys.readouterr().err
+    # a trainer that stopped on an outage: the segment's status says so and the chain restarts in the same job
+    assert main(["finish", *common, "--segment", "60-0", "--status", "outage", "--message", "judge down"]) == 0
+    assert "QC_ACTION=restart\n" in capsys.readouterr().out
+
+
+def test_outage_command_reads_the_rewards_report(tmp_path, capsys):
+    assert main(["outage", "--segment-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "QC_OUTAGE=0\nQC_OUTAGE_MESSAGE=''\n"
+    (tmp_path / "server_outage.json").write_text(json.dumps({"message": "judge at http://h:1/v1 is down"}))
+    assert main(["outage", "--segment-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "QC_OUTAGE=1\nQC_OUTAGE_MESSAGE='judge at http://h:1/v1 is down'\n"
+
+
+def synthetic_run_log(path: Path, steps: int = 12) -> None:
+    rows = []
+    for s in range(1, steps + 1):
+        trained = 0.2 + 0.5 * s / steps
+        rows.append({
+            "step": s, "segment": "7-0" if s <= 6 else "8-0",
+            "reward": {"overall": trained - 0.1, "unscorable": 0.02, "format_ok": 0.9, "n_citations": 2.0},
+            "critic": {"score": {"mean": trained}},
+            "train_batch": {"calls": 1 + s % 3, "groups_seen": 40, "groups_trained": 32,
+                            "dropped": {"zero_variance": 6, "all_unscorable": 1, "out_of_band": 1, "surplus": 0},
+                            "reward": {"overall": trained, "answer": 5 * trained, "relevance": 3.0, "coverage": 2.5,
+                                       "format_ok": 0.95, "n_quotes": 3.0, "n_citations": 2.5, "unscorable": 0.0}},
+        })  # fmt: skip
+        if s % 4 == 0:
+            rows[-1]["val"] = {"reward_score": trained - 0.05}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_plot_turns_the_run_log_into_one_self_contained_html_page(tmp_path, capsys):
+    import base64
+    import re
+
+    run = tmp_path / "run"
+    run.mkdir()
+    synthetic_run_log(run / "run_log.jsonl")
+    assert main(["plot", str(run)]) == 0
+    page = (run / "curves.html").read_text()
+    assert capsys.readouterr().out.strip() == f"training curves: {run / 'curves.html'}"
+    pngs = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", page)
+    assert len(pngs) == 5 and all(base64.b64decode(p)[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    for title in ("Reward", "Reward parts", "Unscorable and format rate", "Citations per response",
+                  "Groups and the online filter"):  # fmt: skip
+        assert f"<h2>{title}" in page
+    assert "steps 1..12 (12 records, 2 job segment(s)" in page
+    assert "<td style='text-align:left'>trained responses</td><td>12</td><td>0.7</td>" in page  # last value
+    assert "http" not in page.replace("charset", "")  # nothing fetched: one file that opens offline
+    # a run log without the reward's records still plots EasyR1's own reward keys; panels without data say so
+    (run / "run_log.jsonl").write_text(json.dumps({"step": 1, "reward": {"overall": 0.3}}) + "\n")
+    assert main(["plot", str(run), "--out", str(tmp_path / "c.html")]) == 0
+    page = (tmp_path / "c.html").read_text()
+    assert page.count("data:image/png") == 1 and page.count("no data in this run log") == 4
+    assert main(["plot", str(tmp_path / "nope")]) == 2
+    assert "run_log.jsonl: cannot read" in capsys.readouterr().err

@@ -65,28 +65,38 @@ def test_unknown_fact_key_names_the_known_ones():
 
 def test_chinese_text_extracts_without_spaced_out_latin(doc):
     text = doc.page_text(1)
-    # The failure mode of PyMuPDF's china-s font is "T a b l e"; STSong-Light keeps words and CJK intact.
+    # The failure mode of PyMuPDF's china-s font is "T a b l e"; the embedded TrueType font keeps words and CJK intact.
     assert SAMPLE_FACTS.fact("zh_sentence").text[:10] in text
     assert "2. 研究背景" in text
     assert "样例报告 2024" in text
 
 
-def test_chinese_uses_the_cid_font_and_latin_text_renders_ink(sample_pdf, doc):
+def test_chinese_font_is_embedded_and_latin_text_renders_ink(sample_pdf, doc):
     raw = sample_pdf.read_bytes()
-    assert f"/BaseFont /{CJK_FONT}".encode() in raw
-    assert b"/UniGB-UCS2-H" in raw
-    assert b"china-s" not in raw.lower()
+    # reportlab embeds a subset of the TrueType font: /BaseFont /AAAAAA+WenQuanYiMicroHei... with a FontFile2 stream.
+    assert re.search(rb"/BaseFont /[A-Z]{6}\+" + CJK_FONT.encode(), raw)
+    assert b"/FontFile2" in raw
+    assert b"STSong" not in raw and b"china-s" not in raw.lower()
     # The English title line renders dark pixels where the text layer says it is.
     title = next(line for line in doc.text_lines(1) if line.text == SAMPLE_FACTS.title)
     crop = np.asarray(doc.crop(1, title.bbox, dpi=100).convert("L"))
     assert (crop < 128).mean() > 0.1
 
 
-def test_chinese_glyphs_render_when_a_cjk_font_is_available(doc):
-    """STSong-Light is one of the standard Adobe CJK fonts that viewers supply (it is not embedded). pdfium finds a
-    substitute among the system fonts; a machine without any CJK font renders the Chinese lines blank."""
-    line = next(li for li in doc.text_lines(1) if li.text.startswith("本报告"))
-    ink = (np.asarray(doc.crop(1, line.bbox, dpi=100).convert("L")) < 128).mean()
-    if ink == 0:
-        pytest.skip("no CJK system font for pdfium to substitute for STSong-Light (e.g. apt install fonts-noto-cjk)")
-    assert ink > 0.03
+@pytest.mark.parametrize("page", [1, 2, 3])
+def test_chinese_glyphs_render_on_every_machine(doc, page):
+    """The CJK font is embedded, so the Chinese lines are drawn whether or not the machine has a CJK system font
+    (no skip: a blank crop here is a failure)."""
+    lines = [li for li in doc.text_lines(page) if sum(ord(ch) > 0x2E80 for ch in li.text) >= 8]
+    assert lines
+    for line in lines:
+        ink = (np.asarray(doc.crop(page, line.bbox, dpi=100).convert("L")) < 128).mean()
+        assert ink > 0.03, (page, line.text)
+
+
+def test_missing_font_package_is_a_clear_error(monkeypatch, tmp_path):
+    import data_prep.sample as sample
+
+    monkeypatch.setattr(sample, "CJK_FONT_PACKAGE", "no_such_font_package_here")
+    with pytest.raises(RuntimeError, match="no_such_font_package_here"):
+        sample.cjk_font_file()

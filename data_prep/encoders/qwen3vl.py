@@ -573,3 +573,12 @@ class Qwen3VLEmbeddingEncoder:
     def embed_blocks(self, doc: Document, blocks: list[Block]) -> np.ndarray:
         """Blocks under the document instruction: ``(len(blocks), dim)`` float32, unit rows, row i = block i."""
         return self._embed((self.block_item(doc, b) for b in blocks), len(blocks))
+
+    def embed_images(self, images: list[Image.Image]) -> np.ndarray:
+        """Images a caller cut itself (e.g. the region of a predicted box, :mod:`reward.lat`) under the document
+        instruction, prepared as block crops are: ``(len(images), dim)`` float32, unit rows."""
+        s = self.settings
+        items = (
+            EmbedItem(s.document_instruction, prepare_image(im, s.max_pixels, s.max_aspect_ratio)) for im in images
+        )
+        return self._embed(items, len(images))

@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import re
 from pathlib import Path
 
 from data_prep.document import Document
+from data_prep.geometry import finite_box, page_box
 from data_prep.parsers import PARSERS
 from data_prep.text import token_f1, tokenize
 from data_prep.types import BBox, Block, InputError, renumber
+
+log = logging.getLogger(__name__)
 
 _CHECKED_TYPES = ("title", "text", "list", "table_caption", "figure_caption", "table_footnote", "header", "footer")
 
@@ -108,6 +112,8 @@ def _table_text(item: dict) -> str:
 
 
 def _bbox(prov: dict, page_height: float, source: str) -> BBox:
+    """A prov's box in display points, top-left origin; not yet checked against the page (see
+    :func:`data_prep.geometry.page_box`), so a NaN or infinite coordinate passes through to be reported there."""
     b = prov.get("bbox") or {}
     try:
         left, top, right, bottom = float(b["l"]), float(b["t"]), float(b["r"]), float(b["b"])
@@ -120,7 +126,7 @@ def _bbox(prov: dict, page_height: float, source: str) -> BBox:
         y0, y1 = top, bottom
     else:
         raise InputError(f"{source}: unknown coord_origin {origin!r}")
-    return (min(left, right), min(y0, y1), max(left, right), max(y0, y1))
+    return (left, y0, right, y1)  # corners put in order by page_box (min/max would hide a NaN)
 
 
 def convert_docling_dict(doc_json: dict, doc: Document, source: str) -> list[Block]:
@@ -181,6 +187,7 @@ def convert_docling_dict(doc_json: dict, doc: Document, source: str) -> list[Blo
                     linked[(k, i)] = (role, kind, idx)
 
     blocks: list[Block] = []
+    labels: list[str] = []  # per block: the item it comes from, for messages
     first_block: dict[tuple[str, int], list[int]] = {}  # item -> its block ids
     pending_parent: list[tuple[int, tuple[str, int]]] = []
     figure_labels: dict[tuple[str, int], list[str]] = {}
@@ -224,9 +231,10 @@ def convert_docling_dict(doc_json: dict, doc: Document, source: str) -> list[Blo
                 raise InputError(f"{source}: {kind}/{idx} has a prov without page_no") from None
             if page_no not in pages:
                 raise InputError(f"{source}: {kind}/{idx} is on page {page_no}, which the JSON does not describe")
-            bbox = _bbox(prov, pages[page_no][1], source)
+            bbox = finite_box(_bbox(prov, pages[page_no][1], source), page_no, source, f"{kind}/{idx}")
             part = text[spans[n][0] : spans[n][1]] if split else text
             bid = len(blocks)
+            labels.append(f"{kind}/{idx}")
             blocks.append(Block(bid, page_no, bbox, type_, part.strip(), None))
             first_block.setdefault((kind, idx), []).append(bid)
             if link is not None:
@@ -244,8 +252,20 @@ def convert_docling_dict(doc_json: dict, doc: Document, source: str) -> list[Blo
         same_page = [o for o in owner_ids if blocks[o].page == blocks[bid].page]
         b = blocks[bid]
         blocks[bid] = Block(b.block_id, b.page, b.bbox, b.type, b.text, (same_page or owner_ids)[0])
+    # Boxes of rotated pages are checked first: boxes in the unrotated frame run off the page, and that check
+    # names the cause. Then the shared rule (data_prep.geometry): off the page is an error, a small overshoot is
+    # clipped, a region without area is dropped, as MinerU's converter does.
     _check_rotated_pages(blocks, doc, source)
-    return renumber(blocks)
+    kept: list[Block] = []
+    for b, label in zip(blocks, labels, strict=True):
+        bbox = page_box(b.bbox, b.page, doc.page_sizes[b.page - 1], source, label)
+        if bbox is not None:
+            kept.append(Block(b.block_id, b.page, bbox, b.type, b.text, b.parent))
+    if len(kept) < len(blocks):
+        log.warning(
+            "%s: %d Docling regions had no area on their page and were dropped", source, len(blocks) - len(kept)
+        )
+    return renumber(kept)
 
 
 ROTATED_MIN_AGREEMENT = 0.5
@@ -301,7 +321,14 @@ class DoclingParser:
                 data = json.loads(output.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise InputError(f"{output}: not readable as JSON ({e})") from None
-            return convert_docling_dict(data, doc, str(output))
+            except RecursionError:
+                raise InputError(f"{output}: JSON nested too deeply to be a DoclingDocument") from None
+            try:
+                return convert_docling_dict(data, doc, str(output))
+            except RecursionError:
+                raise InputError(f"{output}: its item tree is nested too deeply (a reference cycle?)") from None
+            except (AttributeError, TypeError) as e:  # a field of the wrong JSON type where an object was due
+                raise InputError(f"{output}: malformed DoclingDocument ({e.__class__.__name__}: {e})") from None
         try:
             from docling.document_converter import DocumentConverter  # type: ignore[import-not-found]
         except ImportError:

@@ -52,8 +52,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from data_prep.document import Document
+from data_prep.geometry import finite_box, page_box
 from data_prep.parsers import PARSERS
-from data_prep.types import Block, InputError, clip_bbox, renumber
+from data_prep.types import Block, InputError, renumber
 
 log = logging.getLogger(__name__)
 
@@ -499,6 +500,8 @@ class MinerUParser:
                 data = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InputError(f"{output}: not a JSON file ({e.__class__.__name__}: {e})") from None
+        except RecursionError:
+            raise InputError(f"{output}: JSON nested too deeply to be a MinerU output") from None
         schema = detect_schema(data)
         converters = {
             "legacy_middle": self._convert_legacy,
@@ -507,10 +510,10 @@ class MinerUParser:
         }
         if schema in converters:
             try:
-                return self._finish(doc, converters[schema](doc, output, data))
+                return self._finish(doc, converters[schema](doc, output, data), output)
             except InputError:
                 raise
-            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as e:
                 raise InputError(f"{output}: malformed MinerU {schema} file ({e.__class__.__name__}: {e})") from None
         if schema == "content_list_v0":
             raise InputError(f"{output}: a MinerU 0.10 content_list.json has no boxes; give its middle.json instead")
@@ -527,14 +530,15 @@ class MinerUParser:
                 "or a content_list.json"
             )
 
-    def _finish(self, doc: Document, outs: list[_Out]) -> list[Block]:
-        """Clip boxes to their page, fill empty table/equation text, drop empty regions, number 0..N-1."""
+    def _finish(self, doc: Document, outs: list[_Out], source: Path | str) -> list[Block]:
+        """Check boxes against their page by the shared rule (:func:`data_prep.geometry.page_box`: a NaN or
+        infinite coordinate or a box off the page is an error, a small overshoot is clipped, a region without area
+        is dropped), fill empty table/equation text, number 0..N-1."""
         blocks: list[Block] = []
         dropped = 0
         for o in outs:
-            w, h = doc.page_sizes[o.page - 1]
-            bbox = clip_bbox(o.bbox, w, h)
-            if bbox[2] - bbox[0] < 0.5 or bbox[3] - bbox[1] < 0.5:
+            bbox = page_box(o.bbox, o.page, doc.page_sizes[o.page - 1], str(source), f"{o.mineru_type or 'region'}")
+            if bbox is None:
                 dropped += 1
                 continue
             text = o.text.strip()
@@ -784,8 +788,7 @@ def _v4_bbox(path: Path, page: int, bbox: Any, fallback, w: float, h: float) -> 
     """A 4.x bbox (0-1 of the displayed page) in display points; children without a bbox take their parent's."""
     if bbox is None and fallback is not None:
         return fallback
-    if not (isinstance(bbox, list | tuple) and len(bbox) == 4 and all(isinstance(v, int | float) for v in bbox)):
-        raise InputError(f"{path}: page {page}: bbox {bbox!r} is not 4 numbers")
+    bbox = finite_box(bbox, page, str(path))  # the shared rule's first half: 4 finite numbers
     if any(v < -0.01 or v > 1.01 for v in bbox):
         raise InputError(f"{path}: page {page}: bbox {list(bbox)} is not normalised to 0-1 (not docvortex 2.0?)")
     x0, y0, x1, y1 = bbox

@@ -16,6 +16,11 @@ What it copies from EasyR1, because the launch script depends on it:
 What it adds: SIGUSR1 makes it finish the current step, save, and exit 0 (``QUOTECITE_TRAINER_STOP=signal``);
 each step calls the judge (chat completions) and the embedder (embeddings) at ``QUOTECITE_JUDGE_URL`` /
 ``QUOTECITE_EMBED_URL`` and appends the reward's counters to ``$QUOTECITE_METRICS_DIR/reward_counters.jsonl``.
+The judge is called through the reward's own client (:class:`reward.judge.HttpJudge`) and the embedder failure
+through the reward's own ``/health`` wait, both with the recipe's ``worker.reward.reward_function_kwargs.
+judge_outage_s``: an outage is waited out exactly as the reward plugin does, and one that outlasts the budget
+ends the process with the reward's :class:`~reward.judge.ServerOutageError` and its ``server_outage.json`` (as a
+Ray task error ends EasyR1's trainer). ``reward_counters.jsonl`` lines carry ``judge_outages``.
 
 Knobs (environment): ``QUOTECITE_STANDIN_STEP_SECONDS`` (default 1.0); ``QUOTECITE_STANDIN_SLOW_SAVE=STEP:SECONDS``
 pauses once, half-way through writing checkpoint STEP (after the shards, before the adapter, ``dataloader.pt`` and
@@ -38,6 +43,9 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+
+from reward.judge import ServerOutageError
+from reward.pipeline import _report_outage
 
 TRACKER = "checkpoint_tracker.json"
 
@@ -194,13 +202,29 @@ class Trainer:
 
     # --------------------------------------------------------------- the loop
     def call_servers(self) -> dict:
+        from reward.judge import HttpJudge, JudgeRequest, health_url, wait_for_health
+
         counters = {"judge_calls": 0, "embed_calls": 0}
+        budget = float(get(self.cfg, "worker.reward.reward_function_kwargs.judge_outage_s", 600))
         if self.judge_url:
-            r = post(self.judge_url + "/chat/completions", {"model": self.judge_model, "messages": []})
-            json.loads(r["choices"][0]["message"]["content"])
+            judge = HttpJudge(
+                self.judge_url, self.judge_model, retries=1, backoff_s=0.1, timeout_s=10, outage_s=budget
+            )
+            (scores,) = judge.score_batch([JudgeRequest(f"question {self.step}", "gold", "answer", ())])
+            assert scores is not None, judge.failure_examples
             counters["judge_calls"] += 1
+            if judge.stats.outages:
+                counters["judge_outages"] = judge.stats.outages
         if self.embed_url:
-            r = post(self.embed_url + "/embeddings", {"input": [f"quote at step {self.step}"]})
+            started = None
+            while True:
+                try:
+                    r = post(self.embed_url + "/embeddings", {"input": [f"quote at step {self.step}"]})
+                    break
+                except OSError:  # refused, reset, HTTP 5xx: the reward's embedder outage rule
+                    started = started or time.monotonic()
+                    url = health_url(self.embed_url)
+                    wait_for_health(url, started + budget, started, "embedding server", budget, self.embed_url)
             assert len(r["data"]) == 1
             counters["embed_calls"] += 1
         return counters
@@ -226,7 +250,12 @@ class Trainer:
                 break
             self.step += 1
             time.sleep(self.step_seconds)
-            counters = self.call_servers()
+            try:
+                counters = self.call_servers()
+            except ServerOutageError as e:  # what a Ray task error from the reward actor does to EasyR1's fit()
+                _report_outage(e)
+                print(f"ray.exceptions.RayTaskError(ServerOutageError): {e}", file=sys.stderr, flush=True)
+                return 1
             if self.metrics_dir:
                 with open(Path(self.metrics_dir) / "reward_counters.jsonl", "a") as f:
                     f.write(json.dumps({"step": self.step, **counters}) + "\n")

@@ -8,7 +8,9 @@ of counts or option dicts (``MultiModalConfig.limit_per_prompt``). Any other fla
 vLLM, so a misspelt flag in the launch fails the tests instead of the first GPU job. It prints one JSON line
 describing how it was started (argv, parsed settings, CUDA_VISIBLE_DEVICES) so tests can check the GPU split of a
 real job, then serves ``/health``, ``/v1/models``, chat completions and embeddings until SIGTERM.
-``--never-healthy`` makes ``/health`` answer 503 forever (a judge that never loads).
+``--never-healthy`` makes ``/health`` answer 503 forever (a judge that never loads); ``--wedge-after N`` (a test knob,
+no vLLM flag) answers 503 to everything after N chat completions (a wedged server that stays alive). The first
+line also carries the process id, so a test can kill the server mid-job.
 
     python -m tests.standins.vllm_serve serve Qwen/Qwen3.5-9B --port 8000 --gpu-memory-utilization 0.55
 """
@@ -20,7 +22,7 @@ import json
 import os
 import sys
 
-from tests.support.openai_server import ScriptedOpenAIServer
+from tests.support.openai_server import Reply, ScriptedOpenAIServer
 
 
 def _fraction(v: str) -> float:
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embed-dim", type=int, default=8)
     ap.add_argument("--never-healthy", action="store_true", help="/health answers 503 forever")
     ap.add_argument("--health-delay", type=float, default=0.0, help="seconds before /health answers 200")
+    ap.add_argument("--wedge-after", type=int, default=None,
+                    help="after this many chat completions, answer every request (/health too) with 503: a wedged "
+                    "server whose process stays alive (test knob, not a vLLM flag)")  # fmt: skip
     args = ap.parse_args(argv)
     name = args.served_model_name or args.model
     print(
@@ -76,12 +81,21 @@ def main(argv: list[str] | None = None) -> int:
                 "limit_mm_per_prompt": args.limit_mm_per_prompt,
                 "port": args.port,
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "pid": os.getpid(),
                 "argv": argv,
             }
         ),
         flush=True,
     )
+    wedged = []
+
+    def wedge(path: str, body: dict, n: int) -> Reply | None:
+        if path == "/v1/chat/completions" and n >= args.wedge_after:
+            wedged.append(True)
+        return Reply(status=503, text="wedged") if wedged else None
+
     srv = ScriptedOpenAIServer(
+        handler=wedge if args.wedge_after is not None else None,
         model=name,
         embed_dim=args.embed_dim,
         host=args.host,

@@ -1,0 +1,23 @@
+"""The project's error base class, in the base layer so that every stage (and launch/) can subclass it.
+
+The command lines (:func:`data_prep.cli.main`) print an error of these types as one line ``error: ...`` and exit 2;
+every other exception is a bug and keeps its traceback. So raise one of these only for a failure the user can fix
+(bad input, a server that is down, a missing tool), with a message that names what is wrong:
+
+* :class:`QuoteciteError`: the base; subclass it for failures that are not bad input (a server outage, a missing
+  environment).
+* :class:`data_prep.types.InputError` (a ``QuoteciteError`` and a ``ValueError``): bad input from the user, a file,
+  a flag, a setting. Most errors are this one or a subclass of it.
+* :class:`data_prep.registry.UnknownNameError` (an ``InputError`` and a ``KeyError``): a plug-in name that is not
+  registered, with a did-you-mean.
+
+>>> from data_prep.types import InputError
+>>> issubclass(InputError, QuoteciteError) and issubclass(InputError, ValueError)
+True
+"""
+
+from __future__ import annotations
+
+
+class QuoteciteError(Exception):
+    """An expected failure the user can act on; the message says what is wrong and where (one line)."""

@@ -1,0 +1,91 @@
+"""The one rule for a parser's box on its page, shared by every parser and converter (pdftext, MinerU, Docling)
+and by the cache's own check of a parse.
+
+A box ``(x0, y0, x1, y1)`` in display points (top-left origin) of a page ``width`` x ``height`` points is:
+
+* **refused** (:class:`~data_prep.types.InputError` naming the source, the page and the box) when a coordinate is
+  not a finite number (NaN, an infinity: a converter must never turn ``inf`` into "the page edge", which would be a
+  made-up full-width box), or when it runs off the page by more than :func:`overshoot_tolerance` (a negative
+  coordinate, a box past the right or bottom edge: the output of another PDF, or another unit);
+* **clipped** to the page when it overshoots by up to that tolerance (parsers round outward; MinerU 2.x truncates
+  page sizes to whole points);
+* **dropped** (:func:`page_box` returns None, the caller counts it) when what is left has no area: narrower or
+  lower than :data:`MIN_SIDE` points.
+
+Swapped corners (``x1 < x0``) are put in order first.
+
+>>> page_box((10, 20, 100, 40), 1, (200.0, 100.0), "out.json")
+(10.0, 20.0, 100.0, 40.0)
+>>> page_box((-1.5, 20, 201, 40), 1, (200.0, 100.0), "out.json")
+(0.0, 20.0, 200.0, 40.0)
+>>> page_box((10, 20, 10.2, 40), 1, (200.0, 100.0), "out.json") is None
+True
+>>> page_box((10, 20, float("inf"), 40), 3, (200.0, 100.0), "out.json")
+Traceback (most recent call last):
+...
+data_prep.types.InputError: out.json: page 3: bbox (10, 20, inf, 40) has a coordinate that is not a finite number
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from data_prep.types import BBox, InputError
+
+BBOX_TOLERANCE = 2.0
+"""Points by which a box may run off its page before it is an error (at least; see :func:`overshoot_tolerance`)."""
+
+RELATIVE_TOLERANCE = 0.01
+"""Share of the page side by which a box may run off the page (normalised coordinates rounded outward)."""
+
+MIN_SIDE = 0.5
+"""A box narrower or lower than this many points after clipping has no area and is dropped."""
+
+
+def overshoot_tolerance(side: float) -> float:
+    """Points a box may run off a page side of ``side`` points and still be clipped:
+    ``max(BBOX_TOLERANCE, RELATIVE_TOLERANCE * side)``."""
+    return max(BBOX_TOLERANCE, RELATIVE_TOLERANCE * side)
+
+
+def _fmt(bbox: Sequence) -> str:
+    return "(" + ", ".join(f"{v:g}" if isinstance(v, int | float) else repr(v) for v in bbox) + ")"
+
+
+def finite_box(bbox: Sequence, page: int, source: str, what: str = "") -> BBox:
+    """The first half of the rule: ``bbox`` as 4 finite floats with its corners in order; raises
+    :class:`~data_prep.types.InputError` when it is not 4 numbers or a coordinate is NaN or infinite."""
+    where = f"{source}: page {page}: {what + ' ' if what else ''}"
+    if not (isinstance(bbox, Sequence) and not isinstance(bbox, str) and len(bbox) == 4):
+        raise InputError(f"{where}bbox {bbox!r} is not 4 numbers")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in bbox):
+        raise InputError(f"{where}bbox {list(bbox)!r} is not 4 numbers")
+    if not all(math.isfinite(v) for v in bbox):
+        raise InputError(f"{where}bbox {_fmt(bbox)} has a coordinate that is not a finite number")
+    x0, x1 = sorted((float(bbox[0]), float(bbox[2])))
+    y0, y1 = sorted((float(bbox[1]), float(bbox[3])))
+    return (x0, y0, x1, y1)
+
+
+def page_box(bbox: Sequence, page: int, page_size: tuple[float, float], source: str, what: str = "") -> BBox | None:
+    """Apply the rule (module docstring) to ``bbox`` on 1-based ``page`` of ``page_size`` ``(width, height)``.
+
+    Returns the box clipped to the page, or None when it has no area there; raises
+    :class:`~data_prep.types.InputError` ``"{source}: page {page}: {what} bbox ... "`` when it is not 4 finite
+    numbers or runs off the page beyond the tolerance."""
+    x0, y0, x1, y1 = finite_box(bbox, page, source, what)
+    w, h = page_size
+    tx, ty = overshoot_tolerance(w), overshoot_tolerance(h)
+    over_x, over_y = max(-x0, x1 - w), max(-y0, y1 - h)
+    if over_x > tx or over_y > ty:
+        where = f"{source}: page {page}: {what + ' ' if what else ''}"
+        raise InputError(
+            f"{where}bbox {_fmt(bbox)} runs off the page ({w:g} x {h:g} pt) by {max(over_x, over_y):.4g} pt; "
+            "is the parser output from another PDF?"
+        )
+    x0, x1 = min(max(x0, 0.0), w), min(max(x1, 0.0), w)
+    y0, y1 = min(max(y0, 0.0), h), min(max(y1, 0.0), h)
+    if x1 - x0 < MIN_SIDE or y1 - y0 < MIN_SIDE:
+        return None
+    return (x0, y0, x1, y1)

@@ -1,0 +1,750 @@
+"""``reward_form: lat``: LAT's rule-based Chain-of-Evidence reward (Liu et al., "Look As You Think", arXiv
+2511.12003, AAAI 2026) on our EasyR1 stack, so that the LAT baseline trains on the same documents, model and
+trainer as our reward.
+
+Sources of every number. The paper's reward section defines four terms summed into one reward; its equation
+numbers could not be checked from this machine (the paper's text was not reachable; ``../shared/papers`` holds a
+summary of it), so each term below cites the summary (``summary``) and the released training code
+(github.com/PolarisLiu1/LAT, ``src/grpo.py``: ``accuracy_reward``, ``step_reward``, ``iou_reward``,
+``format_reward``; ``code``), which is where the exact constants are written:
+
+* **Format** ``R_format``: +1 when the whole response is ``<think>...</think>`` then ``<answer>...</answer>``,
+  else -1 (summary: "+1 for correct <think>/<answer> tagging and -1 otherwise"; code: ``format_reward``).
+* **Accuracy** ``R_acc = 0.5 * EM + 0.5 * Recall``: ``EM`` is LAT's soft exact match (the normalised answer
+  contains the normalised gold, or is contained in it), ``Recall`` the share of gold tokens found in the answer
+  (summary: "an accuracy reward averaging exact match and recall"; code: ``accuracy_reward``, weights 0.5/0.5).
+  Box lines are removed from the answer first. **Loophole closed:** in the released code an empty answer is
+  "contained" in every gold answer (``"" in gold`` is true) and earns 0.5; here an answer that normalises to
+  nothing earns 0 (:func:`accuracy`).
+* **Stepwise attribution** ``R_step`` (summary: "crops each predicted bounding box, encodes the crop and the
+  reasoning text ... requires the minimum cosine similarity ... to exceed a threshold tau, requires the maximum
+  pairwise IoU among boxes to stay below a threshold, and is zeroed out unless the accuracy reward meets a
+  threshold epsilon"; code: ``step_reward``): each box of ``<think>`` is a step whose text is the last sentence
+  before it; ``0.5`` when there are at least :attr:`LatSettings.min_steps` steps and ``min_i sim(crop_i, text_i)
+  > tau``, another ``0.5`` when moreover no two steps on the same page have ``IoU >= overlap_iou``; the whole
+  term is 0 when ``R_acc < epsilon``. A step whose box cannot be read, lies outside the page image or has no
+  text scores similarity 0 (code: ``results.append(0)``). ``tau = 0.3`` (paper default, its threshold study),
+  ``overlap_iou = 0.5`` and ``epsilon = 0.4`` (code: ``has_similar_bbox(iou_threshold=0.5)``,
+  ``reward_acc < 0.4``), ``min_steps = 2`` (code: ``len(results_iou) > 1``).
+* **Grounding** ``R_ground``: 1 when a box of ``<answer>`` has ``IoU > 0.5`` with a gold evidence box on the
+  same page and every answer box is also one of the chain's step boxes, else 0 (summary: "given when the
+  answer's bounding box has IoU above 0.5 with the ground-truth evidence on the correct page"; code:
+  ``iou_reward``, including its ``json_str in think`` condition). Only questions whose ground truth carries
+  evidence boxes can earn it; ``ground_known`` says which did.
+
+``R = w_format R_format + w_accuracy R_acc + w_step R_step + w_ground R_ground`` with every weight 1 by default
+(LAT's TRL trainer sums its reward functions with unit weights), so ``R`` lies in [-1, 4]. The weights are the
+reward form's ``weights`` (:mod:`reward.scoring`).
+
+Differences forced by our setting, each a setting: the similarity comes from our encoder interface (the
+Qwen3-VL-Embedding model the cache was built with: crop embedded as an image under the document instruction, step
+text as a query; single-vector cosine where LAT used ColQwen2's multi-vector MaxSim), or, for a text-only encoder
+such as MiniLM, from the PDF text layer under the box (:class:`TextLayerStepEmbedder`: a CPU counterpart, not
+LAT's method). Boxes are on Qwen3-VL's native 0-1000 grid of the page image (LAT's Qwen2.5-VL wrote pixels);
+``Image_index`` is 1-based into the pages the policy saw (the ground truth's page window).
+
+Output format the policy is asked for (``recipes/prompts/lat_interface.jinja``)::
+
+    <think>The results are in Table 2. Bounding box: {"bbox_2d": [100, 420, 900, 610], "Image_index": 2}
+    Shenzhen has the highest yield. Bounding box: {"bbox_2d": [120, 500, 880, 530], "Image_index": 2}</think>
+    <answer>Shenzhen
+    Bounding box: {"bbox_2d": [120, 500, 880, 530], "Image_index": 2}</answer>
+
+The ground truth is our packed JSON (:mod:`reward.groundtruth`) plus an optional ``evidence`` list of
+``{"page": p, "bbox": [x0, y0, x1, y1]}`` (1-based page, display points) for the grounding term.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import threading
+import time
+import unicodedata
+from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Protocol
+
+import numpy as np
+
+from data_prep.cache import CachedDoc, load_cache
+from data_prep.types import InputError
+from reward.groundtruth import GroundTruth, unpack_ground_truth
+
+log = logging.getLogger("reward.lat")
+
+COORD_SCALE = 1000.0
+"""Boxes are written on a 0-1000 grid of the page image (Qwen3-VL's grounding convention)."""
+
+MIN_CROP_PT = 4.0
+"""Step boxes thinner than this (points) are widened around their centre before cropping (our crops' rule)."""
+
+DEFAULT_WEIGHTS: dict[str, float] = {"format": 1.0, "accuracy": 1.0, "step": 1.0, "ground": 1.0}
+"""LAT sums its four rewards with unit weights (TRL's default ``reward_weights``)."""
+
+
+@dataclass(frozen=True)
+class LatSettings:
+    """The constants of LAT's reward (see the module docstring for where each comes from)."""
+
+    tau: float = 0.3
+    """Step attribution threshold: every step's crop/text similarity must exceed it (paper default)."""
+    overlap_iou: float = 0.5
+    """Two step boxes on one page with IoU at or above this are redundant (released code)."""
+    epsilon: float = 0.4
+    """``R_step`` is paid only when ``R_acc >= epsilon`` (released code: ``reward_acc < 0.4`` zeroes it)."""
+    ground_iou: float = 0.5
+    """An answer box grounds the answer when its IoU with a gold evidence box is above this (paper)."""
+    min_steps: int = 2
+    """Fewest steps a chain needs for ``R_step`` (released code: ``len(results_iou) > 1``)."""
+    crop_dpi: float = 150.0
+    """Resolution at which a step's region is rendered for the encoder (our crops' resolution)."""
+    max_steps: int = 16
+    """Steps embedded per response (the rest score 0, which fails the min-similarity condition)."""
+
+    def __post_init__(self) -> None:
+        checks = [
+            (0.0 <= self.overlap_iou <= 1.0, "overlap_iou must be in [0, 1]"),
+            (0.0 <= self.ground_iou <= 1.0, "ground_iou must be in [0, 1]"),
+            (-1.0 <= self.tau <= 1.0, "tau must be in [-1, 1] (a cosine similarity)"),
+            (0.0 <= self.epsilon <= 1.0, "epsilon must be in [0, 1] (R_acc's range)"),
+            (self.min_steps >= 1, "min_steps must be >= 1"),
+            (self.max_steps >= self.min_steps, "max_steps must be >= min_steps"),
+            (self.crop_dpi > 0, "crop_dpi must be > 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise InputError(f"reward setting lat: {msg}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping | None) -> LatSettings:
+        """From the ``lat`` reward setting (a mapping of field names); unknown names raise :class:`InputError`."""
+        d = dict(d or {})
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(d) - set(known))
+        if unknown:
+            raise InputError(f"reward setting lat: unknown key(s) {unknown}; known: {sorted(known)}")
+        out = {}
+        for k, v in d.items():
+            want = int if known[k].type in ("int", int) else float
+            try:
+                if isinstance(v, bool):
+                    raise ValueError(v)
+                out[k] = want(v)
+            except (TypeError, ValueError):
+                raise InputError(f"reward setting lat.{k}: expected a number, got {v!r}") from None
+        return cls(**out)
+
+
+# ---------------------------------------------------------------------------------------------- answer text
+def normalize_text(text: str) -> str:
+    """LAT's answer normalisation (SQuAD style): lower case, thousands separators joined, punctuation and
+    symbols removed, articles removed, white space collapsed.
+
+    >>> normalize_text("The  1,024 Apples!")
+    '1024 apples'
+    """
+    text = re.sub(r"(\d),(\d)", r"\1\2", text.lower())
+    text = "".join(" " if unicodedata.category(ch)[0] in "PS" else ch for ch in text)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def soft_exact_match(pred: str, gold: str) -> float:
+    """LAT's soft EM: 1 when the normalised prediction contains the normalised gold or is contained in it. An
+    empty prediction never matches (the released code's loophole: ``"" in gold`` is true).
+
+    >>> soft_exact_match("Shenzhen, China", "shenzhen"), soft_exact_match("", "shenzhen")
+    (1.0, 0.0)
+    """
+    p, g = normalize_text(pred), normalize_text(gold)
+    if not p or not g:
+        return 0.0
+    return 1.0 if (g in p or p in g) else 0.0
+
+
+def token_recall(pred: str, gold: str) -> float:
+    """Share of the gold's normalised tokens found in the prediction (multiset overlap / gold tokens).
+
+    >>> token_recall("12 percent growth", "growth of 12 percent")
+    0.75
+    """
+    p, g = normalize_text(pred).split(), normalize_text(gold).split()
+    if not p or not g:
+        return 0.0
+    return sum((Counter(p) & Counter(g)).values()) / len(g)
+
+
+def accuracy(pred: str, gold: str) -> float:
+    """``R_acc = 0.5 * soft EM + 0.5 * recall``, in [0, 1]."""
+    return 0.5 * soft_exact_match(pred, gold) + 0.5 * token_recall(pred, gold)
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+@dataclass(frozen=True)
+class CoEBox:
+    """One ``{"bbox_2d": [...], "Image_index": k}`` object: ``image`` 1-based (None when absent or unreadable),
+    ``box`` on the 0-1000 grid (None when unreadable), ``text`` the step text before it, ``raw`` as written."""
+
+    image: int | None
+    box: tuple[float, float, float, float] | None
+    text: str
+    raw: str
+
+
+@dataclass(frozen=True)
+class CoEResponse:
+    """A parsed Chain-of-Evidence response."""
+
+    format_ok: bool
+    """The whole response is ``<think>...</think>`` followed by ``<answer>...</answer>``."""
+    answer: str
+    """The ``<answer>`` text without its box lines ("" when there is no ``<answer>``)."""
+    steps: tuple[CoEBox, ...]
+    """Boxes of ``<think>`` in order, each with the last sentence before it."""
+    answer_boxes: tuple[CoEBox, ...]
+    """Boxes of ``<answer>``."""
+
+
+_FORMAT_RE = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
+_THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_BOX_RE = re.compile(r"(?:Bounding box:\s*)?(\{[^{}]*\})", re.IGNORECASE)
+_SENTENCE_SPLIT_RE = re.compile(r"\. |\n")
+
+
+def _read_box(raw: str) -> tuple[int | None, tuple[float, float, float, float] | None] | None:
+    """``(image, box)`` of a ``{...}`` span; None when the span is not a box object at all."""
+    if "bbox" not in raw.lower():
+        return None
+    try:
+        obj = json.loads(raw.replace("'", '"'))
+    except json.JSONDecodeError:
+        return (None, None)
+    if not isinstance(obj, dict):
+        return (None, None)
+    keys = {str(k).lower(): v for k, v in obj.items()}
+    box = keys.get("bbox_2d", keys.get("bbox"))
+    ok = (
+        isinstance(box, list)
+        and len(box) == 4
+        and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in box)
+    )
+    image = keys.get("image_index")
+    if (
+        isinstance(image, bool)
+        or not isinstance(image, int | float)
+        or not math.isfinite(image)
+        or image != int(image)
+    ):
+        image = None
+    return (None if image is None else int(image), tuple(float(v) for v in box) if ok else None)
+
+
+def _boxes(segment: str) -> list[CoEBox]:
+    out: list[CoEBox] = []
+    prev = 0
+    for m in _BOX_RE.finditer(segment):
+        got = _read_box(m.group(1))
+        if got is None:
+            continue
+        preceding = segment[prev : m.start()].strip()
+        prev = m.end()
+        parts = [s.strip() for s in _SENTENCE_SPLIT_RE.split(preceding)]
+        text = parts[-1] if parts else ""
+        out.append(CoEBox(got[0], got[1], text, m.group(1)))
+    return out
+
+
+def parse_coe(text: str) -> CoEResponse:
+    """Parse a LAT response.
+
+    >>> r = parse_coe('<think>Look at it. Revenue rose. Bounding box: {"bbox_2d": [1, 2, 30, 40], "Image_index": 1}'
+    ...               '</think><answer>12% Bounding box: {"bbox_2d": [1, 2, 30, 40], "Image_index": 1}</answer>')
+    >>> r.format_ok, r.answer, [(s.image, s.box, s.text) for s in r.steps], len(r.answer_boxes)
+    (True, '12%', [(1, (1.0, 2.0, 30.0, 40.0), 'Revenue rose.')], 1)
+    """
+    text = text if isinstance(text, str) else ""
+    format_ok = _FORMAT_RE.fullmatch(text.strip()) is not None
+    think = _THINK_RE.search(text)
+    answer = _ANSWER_RE.search(text)
+    steps = _boxes(think.group(1)) if think else []
+    answer_boxes = _boxes(answer.group(1)) if answer else []
+    answer_text = ""
+    if answer:
+        answer_text = re.sub(r"Bounding box:\s*", " ", _BOX_RE.sub(" ", answer.group(1)), flags=re.IGNORECASE)
+        answer_text = re.sub(r"\s+", " ", answer_text).strip().strip(".").strip()
+    return CoEResponse(format_ok, answer_text, tuple(steps), tuple(answer_boxes))
+
+
+# ---------------------------------------------------------------------------------------------- boxes
+def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
+    """IoU of two ``[x0, y0, x1, y1]`` boxes with ``x0 < x1``, ``y0 < y1`` (0 when either has no area).
+
+    >>> box_iou((0, 0, 10, 10), (5, 0, 15, 10))
+    0.3333333333333333
+    """
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    inter = w * h if w > 0 and h > 0 else 0.0
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def grid_to_points(box: Sequence[float], page_size: tuple[float, float]) -> tuple[float, float, float, float]:
+    """A 0-1000 grid box -> display points of a ``page_size`` page.
+
+    >>> grid_to_points([100, 500, 200, 1000], (600.0, 800.0))
+    (60.0, 400.0, 120.0, 800.0)
+    """
+    w, h = page_size
+    return (box[0] * w / COORD_SCALE, box[1] * h / COORD_SCALE, box[2] * w / COORD_SCALE, box[3] * h / COORD_SCALE)
+
+
+def valid_grid_box(box: Sequence[float] | None) -> bool:
+    """A box with positive area inside the 0-1000 page grid (LAT crops only boxes inside the image)."""
+    return box is not None and 0 <= box[0] < box[2] <= COORD_SCALE and 0 <= box[1] < box[3] <= COORD_SCALE
+
+
+@dataclass(frozen=True)
+class Region:
+    """A step's evidence: 1-based ``page`` of the document and ``bbox`` in display points, with its ``text``."""
+
+    page: int
+    bbox: tuple[float, float, float, float]
+    text: str
+
+
+def locate(box: CoEBox, window: tuple[int, int] | None, cached: CachedDoc) -> Region | None:
+    """The page region a box names, or None when its image index or box cannot be placed."""
+    if box.image is None or not valid_grid_box(box.box):
+        return None
+    first, last = window if window is not None else (1, cached.n_pages)
+    page = first + box.image - 1
+    if not first <= page <= last:
+        return None
+    return Region(page, grid_to_points(box.box, cached.page_sizes[page - 1]), box.text)
+
+
+# ---------------------------------------------------------------------------------------------- the terms
+def format_reward(parsed: CoEResponse) -> float:
+    """``R_format``: +1 or -1."""
+    return 1.0 if parsed.format_ok else -1.0
+
+
+@dataclass(frozen=True)
+class StepResult:
+    reward: float
+    """``R_step`` in {0, 0.5, 1}."""
+    min_similarity: float
+    """Minimum over steps (0 without steps)."""
+    max_iou: float
+    """Maximum IoU over pairs of steps on one page (0 with fewer than two)."""
+
+
+def step_reward(
+    similarities: Sequence[float],
+    regions: Sequence[Region | None],
+    acc: float,
+    settings: LatSettings,
+) -> StepResult:
+    """``R_step`` from each step's similarity (0 for a step that could not be placed) and region.
+
+    >>> s = LatSettings()
+    >>> r = [Region(1, (0, 0, 10, 10), "a"), Region(1, (20, 0, 30, 10), "b")]
+    >>> step_reward([0.5, 0.4], r, 1.0, s).reward, step_reward([0.5, 0.2], r, 1.0, s).reward
+    (1.0, 0.0)
+    """
+    if len(similarities) != len(regions):
+        raise ValueError("one similarity per step")
+    sims = [float(s) if r is not None else 0.0 for s, r in zip(similarities, regions, strict=True)]
+    min_sim = min(sims) if sims else 0.0
+    placed = [r for r in regions if r is not None]
+    max_iou = 0.0
+    for i in range(len(placed)):
+        for j in range(i + 1, len(placed)):
+            if placed[i].page == placed[j].page:
+                max_iou = max(max_iou, box_iou(placed[i].bbox, placed[j].bbox))
+    reward = 0.0
+    if len(sims) >= settings.min_steps and min_sim > settings.tau:
+        reward = 0.5
+        if max_iou < settings.overlap_iou:
+            reward = 1.0
+    if acc < settings.epsilon:
+        reward = 0.0
+    return StepResult(reward, min_sim, max_iou)
+
+
+def ground_reward(
+    parsed: CoEResponse,
+    answer_regions: Sequence[Region | None],
+    step_regions: Sequence[Region | None],
+    evidence: Sequence[tuple[int, tuple[float, float, float, float]]],
+    settings: LatSettings,
+) -> float:
+    """``R_ground``: 1 when an answer box overlaps a gold evidence box on its page with IoU above ``ground_iou``
+    and every answer box is one of the chain's steps (same page and box), else 0."""
+    if not parsed.answer_boxes or not evidence:
+        return 0.0
+    steps = {(r.page, r.bbox) for r in step_regions if r is not None}
+    if any(r is None or (r.page, r.bbox) not in steps for r in answer_regions):
+        return 0.0
+    for r in answer_regions:
+        for page, box in evidence:
+            if r.page == page and box_iou(r.bbox, box) > settings.ground_iou:
+                return 1.0
+    return 0.0
+
+
+# ---------------------------------------------------------------------------------------------- embedders
+class StepEmbedder(Protocol):
+    """Scores how well each region supports its step text: cosine similarity in [-1, 1], one per region."""
+
+    name: str
+
+    def similarities(self, cached: CachedDoc, regions: Sequence[Region], doc) -> np.ndarray:
+        """``doc`` is the open :class:`~data_prep.document.Document` of ``cached``."""
+
+
+class ImageStepEmbedder:
+    """LAT's attribution with our multimodal encoder: the region rendered at ``dpi`` and embedded as an image
+    (``encoder.embed_images``), the step text as a query (``encoder.embed_texts``); similarity = dot product of
+    the unit vectors."""
+
+    def __init__(self, encoder, dpi: float = 150.0) -> None:
+        if not hasattr(encoder, "embed_images"):
+            raise InputError(f"encoder {getattr(encoder, 'name', encoder)!r} cannot embed images")
+        self.encoder = encoder
+        self.dpi = dpi
+        self.name = f"image:{encoder.name}"
+
+    def similarities(self, cached: CachedDoc, regions: Sequence[Region], doc) -> np.ndarray:
+        if not regions:
+            return np.zeros(0, np.float32)
+        from data_prep.encoders.qwen3vl import widen_bbox
+
+        # a sliver of a box is widened around its centre (as block crops are), so no crop is empty
+        crops = [
+            doc.crop(r.page, widen_bbox(r.bbox, doc.page_sizes[r.page - 1], MIN_CROP_PT), dpi=self.dpi)
+            for r in regions
+        ]
+        img = np.asarray(self.encoder.embed_images(crops), np.float32)
+        txt = np.asarray(self.encoder.embed_texts([r.text for r in regions]), np.float32)
+        return np.einsum("nd,nd->n", img, txt)
+
+
+class TextLayerStepEmbedder:
+    """CPU counterpart for a text-only encoder (MiniLM): the PDF text layer under the region, embedded as text,
+    against the step text. Not LAT's method (a scan has no text layer: its regions score 0); an ablation and the
+    offline test path."""
+
+    def __init__(self, encoder) -> None:
+        self.encoder = encoder
+        self.name = f"text-layer:{encoder.name}"
+
+    def similarities(self, cached: CachedDoc, regions: Sequence[Region], doc) -> np.ndarray:
+        if not regions:
+            return np.zeros(0, np.float32)
+        under = [doc.text_in_bbox(r.page, r.bbox).strip() for r in regions]
+        keep = [i for i, t in enumerate(under) if t]
+        out = np.zeros(len(regions), np.float32)
+        if keep:
+            a = np.asarray(self.encoder.embed_texts([under[i] for i in keep]), np.float32)
+            b = np.asarray(self.encoder.embed_texts([regions[i].text for i in keep]), np.float32)
+            out[keep] = np.einsum("nd,nd->n", a, b)
+        return out
+
+
+def make_step_embedder(encoder, dpi: float = 150.0) -> StepEmbedder:
+    """Image attribution when ``encoder`` embeds images, else the text-layer counterpart."""
+    if hasattr(encoder, "embed_images"):
+        return ImageStepEmbedder(encoder, dpi)
+    return TextLayerStepEmbedder(encoder)
+
+
+# ---------------------------------------------------------------------------------------------- breakdown
+@dataclass(frozen=True)
+class LatBreakdown:
+    """What the plugin returns for one response under ``reward_form: lat`` (every value a number)."""
+
+    overall: float
+    format: float
+    accuracy: float
+    step: float
+    ground: float
+    format_ok: float
+    n_steps: float
+    n_placed_steps: float
+    min_similarity: float
+    max_step_iou: float
+    ground_known: float
+    """1 when the ground truth has evidence boxes (the grounding term can pay), else 0."""
+    unscorable: float
+    """1 when the step embedder failed (outage): the reward is the mean of the response's group."""
+    embed_s: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+
+LAT_KEYS: tuple[str, ...] = tuple(LatBreakdown.__dataclass_fields__)
+
+
+def read_evidence(raw, qid: str) -> list[tuple[int, tuple[float, float, float, float]]]:
+    """The optional ``evidence`` of a packed ground truth: ``[{"page": p, "bbox": [x0, y0, x1, y1]}]``."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InputError(f"ground truth {qid!r}: evidence must be a list of {{page, bbox}}, got {raw!r}")
+    out = []
+    for i, e in enumerate(raw):
+        page = e.get("page") if isinstance(e, dict) else None
+        box = e.get("bbox") if isinstance(e, dict) else None
+        if (
+            not isinstance(page, int)
+            or isinstance(page, bool)
+            or page < 1
+            or not isinstance(box, list | tuple)
+            or len(box) != 4
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in box)
+            or not (box[0] < box[2] and box[1] < box[3])
+        ):
+            raise InputError(
+                f"ground truth {qid!r}: evidence[{i}] must be {{'page': 1-based int, 'bbox': [x0, y0, x1, y1] "
+                f"with x0 < x1, y0 < y1}}, got {e!r}"
+            )
+        out.append((page, tuple(float(v) for v in box)))
+    return out
+
+
+@dataclass
+class _Item:
+    gt: GroundTruth
+    evidence: list
+    parsed: CoEResponse
+    cached: CachedDoc | None = None
+    step_regions: list = field(default_factory=list)
+    answer_regions: list = field(default_factory=list)
+    sims: np.ndarray | None = None
+    failed: bool = False
+
+
+class LatScorer:
+    """Holds the loaded caches and the step embedder between batches. ``embedder``: inject one (any
+    :class:`StepEmbedder`); default: :func:`make_step_embedder` of the encoder the cache was built with (or the
+    ``encoder`` setting), served at ``embed_url`` when set."""
+
+    def __init__(self, config, embedder: StepEmbedder | None = None) -> None:
+        from reward.scoring import get_reward_form
+
+        self.config = config
+        if not config.cache_dir:
+            raise InputError("reward setting cache_dir is required (the block/embedding cache of data preparation)")
+        from pathlib import Path
+
+        self.cache_dir = Path(config.cache_dir)
+        if not self.cache_dir.is_dir():
+            raise InputError(f"reward setting cache_dir: {self.cache_dir} is not a directory")
+        self.settings = LatSettings.from_dict(getattr(config, "lat", None))
+        self.weights = get_reward_form("lat").weights(config.weights)
+        self.embedder = embedder
+        self._embedders: dict[str, StepEmbedder] = {}
+        self._docs: OrderedDict[str, CachedDoc] = OrderedDict()
+        self._lock = threading.Lock()
+        self.last_stats: Counter = Counter()
+
+    def doc(self, key: str) -> CachedDoc:
+        cached = self._docs.get(key)
+        if cached is None:
+            cached = load_cache(self.cache_dir, key)
+            self._docs[key] = cached
+            while len(self._docs) > self.config.doc_cache_size:
+                self._docs.popitem(last=False)
+        else:
+            self._docs.move_to_end(key)
+        return cached
+
+    def embedder_for(self, cached: CachedDoc) -> StepEmbedder:
+        if self.embedder is not None:
+            return self.embedder
+        from reward.resolve import make_quote_encoder
+
+        meta = cached.manifest.get("encoder") or {}
+        name = self.config.encoder or meta.get("name")
+        if not name:
+            raise InputError(
+                f"cache {cached.key} has no encoder; the LAT step reward needs one (set the reward's encoder)"
+            )
+        key = f"{name}|{meta.get('fingerprint') or ''}"
+        if key not in self._embedders:
+            enc = make_quote_encoder(cached, name=name, embed_url=self.config.embed_url)
+            self._embedders[key] = make_step_embedder(enc, self.settings.crop_dpi)
+        return self._embedders[key]
+
+    def score(self, reward_inputs: list[dict]) -> list[LatBreakdown]:
+        with self._lock:
+            return self._score(reward_inputs)
+
+    def _score(self, reward_inputs: list[dict]) -> list[LatBreakdown]:
+        items: list[_Item] = []
+        for i, inp in enumerate(reward_inputs):
+            if not isinstance(inp, dict) or "response" not in inp or "ground_truth" not in inp:
+                raise InputError(f"reward input {i}: expected a dict with 'response' and 'ground_truth'")
+            raw = inp["ground_truth"]
+            try:
+                gt = unpack_ground_truth(raw)
+                d = raw if isinstance(raw, dict) else json.loads(raw)
+                evidence = read_evidence(d.get("evidence"), gt.qid)
+            except InputError as e:
+                raise InputError(f"reward input {i}: {e}") from None
+            items.append(_Item(gt, evidence, parse_coe(inp["response"])))
+        t0 = time.perf_counter()
+        for i, it in enumerate(items):
+            it.cached = self.doc(it.gt.doc_key)
+            if it.gt.pages is not None and it.gt.pages[1] > it.cached.n_pages:
+                raise InputError(
+                    f"reward input {i}: page window {it.gt.pages} of {it.gt.qid!r} exceeds document "
+                    f"{it.gt.doc_key} ({it.cached.n_pages} pages)"
+                )
+            it.step_regions = [locate(b, it.gt.pages, it.cached) for b in it.parsed.steps]
+            it.step_regions = [r if r is None or r.text else None for r in it.step_regions]
+            it.answer_regions = [locate(b, it.gt.pages, it.cached) for b in it.parsed.answer_boxes]
+        self._embed(items)
+        embed_s = time.perf_counter() - t0
+        out = self._rewards(items, embed_s)
+        counters = {
+            "responses": len(out),
+            "format_ok": sum(int(b.format_ok) for b in out),
+            "unscorable": sum(int(b.unscorable) for b in out),
+            "step_paid": sum(int(b.step > 0) for b in out),
+            "ground_paid": sum(int(b.ground > 0) for b in out),
+            "seconds_embed": round(embed_s, 3),
+        }
+        _append_counters(counters)
+        log.info("LAT reward batch: %s", counters)
+        return out
+
+    def _embed(self, items: list[_Item]) -> None:
+        """Similarities of every placed step (up to ``max_steps``), one PDF open per document."""
+        by_doc: dict[str, list[_Item]] = defaultdict(list)
+        for it in items:
+            acc = accuracy(it.parsed.answer, it.gt.answer)
+            n = len(it.step_regions)
+            it.sims = np.zeros(n, np.float32)
+            # The similarities cannot change the reward of a chain that is too short or whose answer is wrong.
+            if n >= self.settings.min_steps and acc >= self.settings.epsilon and any(it.step_regions):
+                by_doc[it.cached.key].append(it)
+        for its in by_doc.values():
+            cached = its[0].cached
+            try:
+                embedder = self.embedder_for(cached)
+            except InputError:
+                raise
+            except Exception as e:  # an embedding server that cannot be reached: unscorable, never a crash
+                log.warning("LAT step embedder for %s unavailable: %s", cached.key, e)
+                for it in its:
+                    it.failed = True
+                continue
+            with cached.open_pdf() as doc:
+                for it in its:
+                    idx = [k for k, r in enumerate(it.step_regions[: self.settings.max_steps]) if r is not None]
+                    try:
+                        sims = embedder.similarities(cached, [it.step_regions[k] for k in idx], doc)
+                    except InputError:
+                        raise
+                    except Exception as e:
+                        log.warning("LAT step similarities of %s failed: %s", it.gt.qid, e)
+                        it.failed = True
+                        continue
+                    it.sims[idx] = np.asarray(sims, np.float32)
+
+    def _rewards(self, items: list[_Item], embed_s: float) -> list[LatBreakdown]:
+        s, w = self.settings, self.weights
+        out: list[LatBreakdown | None] = []
+        for it in items:
+            fmt = format_reward(it.parsed)
+            acc = accuracy(it.parsed.answer, it.gt.answer)
+            step = step_reward(list(it.sims), it.step_regions, acc, s)
+            ground = ground_reward(it.parsed, it.answer_regions, it.step_regions, it.evidence, s)
+            overall = w["format"] * fmt + w["accuracy"] * acc + w["step"] * step.reward + w["ground"] * ground
+            out.append(
+                LatBreakdown(
+                    overall=overall,
+                    format=fmt,
+                    accuracy=acc,
+                    step=step.reward,
+                    ground=ground,
+                    format_ok=1.0 if it.parsed.format_ok else 0.0,
+                    n_steps=float(len(it.step_regions)),
+                    n_placed_steps=float(sum(r is not None for r in it.step_regions)),
+                    min_similarity=step.min_similarity,
+                    max_step_iou=step.max_iou,
+                    ground_known=1.0 if it.evidence else 0.0,
+                    unscorable=0.0,
+                    embed_s=embed_s,
+                )
+            )
+        # An item whose embedding failed gets its group's mean overall reward over the items that did not fail.
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, it in enumerate(items):
+            groups[it.gt.qid].append(i)
+        self.last_stats = Counter(responses=len(items), unscorable=sum(it.failed for it in items))
+        for members in groups.values():
+            known = [out[i].overall for i in members if not items[i].failed]
+            mean = float(np.mean(known)) if known else 0.0
+            for i in members:
+                if items[i].failed:
+                    d = asdict(out[i])
+                    d.update(overall=mean, step=0.0, unscorable=1.0)
+                    out[i] = LatBreakdown(**d)
+        return out
+
+
+def _append_counters(counters: dict) -> None:
+    """One JSON line per batch in ``$QUOTECITE_METRICS_DIR/reward_counters.jsonl`` (as the quote reward does), so a
+    launch's job segment sums them; never raises."""
+    import os
+    from pathlib import Path
+
+    from reward.pipeline import METRICS_DIR_ENV
+
+    folder = os.environ.get(METRICS_DIR_ENV)
+    if not folder:
+        return
+    line = json.dumps({"time": round(time.time(), 3), "reward_form": "lat", **counters}) + "\n"
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        fd = os.open(Path(folder) / "reward_counters.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one write on an O_APPEND descriptor: lines never interleave
+        finally:
+            os.close(fd)
+    except OSError as e:
+        log.warning("could not append LAT reward counters to %s: %s", folder, e)
+
+
+_SCORERS: OrderedDict[str, LatScorer] = OrderedDict()
+_SCORERS_LOCK = threading.Lock()
+
+
+def get_lat_scorer(config, embedder: StepEmbedder | None = None) -> LatScorer:
+    """The scorer for ``config`` (created once, reused: caches and encoder stay loaded); an injected
+    ``embedder`` gives a fresh scorer."""
+    if embedder is not None:
+        return LatScorer(config, embedder)
+    key = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    with _SCORERS_LOCK:
+        scorer = _SCORERS.get(key)
+        if scorer is None:
+            scorer = _SCORERS[key] = LatScorer(config)
+            while len(_SCORERS) > 4:
+                _SCORERS.popitem(last=False)
+        return scorer
+
+
+def score_batch(reward_inputs: list[dict], config, embedder: StepEmbedder | None = None) -> list[LatBreakdown]:
+    """Score EasyR1 reward inputs under ``reward_form: lat``; one :class:`LatBreakdown` per input, in order."""
+    return get_lat_scorer(config, embedder).score(reward_inputs)

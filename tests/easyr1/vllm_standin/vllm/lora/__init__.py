@@ -1,0 +1,1 @@
+"""Import-only stand-in for ``vllm.lora`` (see ``vllm/__init__.py`` of this stand-in)."""

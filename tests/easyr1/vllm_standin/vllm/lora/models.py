@@ -1,0 +1,5 @@
+from vllm import _ImportOnly
+
+
+class LoRAModel(_ImportOnly):
+    pass

@@ -1,0 +1,5 @@
+from vllm import _ImportOnly
+
+
+class LoRARequest(_ImportOnly):
+    pass

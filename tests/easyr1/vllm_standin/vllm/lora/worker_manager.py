@@ -1,0 +1,5 @@
+from vllm import _ImportOnly
+
+
+class LRUCacheWorkerLoRAManager(_ImportOnly):
+    pass
