@@ -65,7 +65,7 @@ $(EASYR1_STAMP): $(TRAINER_LOCK) slurm/env.sh
 easyr1: $(EASYR1_STAMP)
 
 demo: $(STAMP)
-	$(PY) -m data_prep demo --out $(DEMO_DIR)
+	$(PY) -m quotecite demo --out $(DEMO_DIR)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

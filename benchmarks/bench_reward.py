@@ -24,9 +24,9 @@ from reportlab.pdfgen import canvas
 from benchmarks.report import print_table
 from data_prep.cache import build_cache
 from data_prep.encoders import get_encoder
+from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.parsers import get_parser
 from reward.config import RewardConfig
-from reward.groundtruth import GroundTruth, pack_ground_truth
 from reward.pipeline import RewardScorer
 from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
 

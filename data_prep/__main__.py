@@ -9,7 +9,6 @@ COMMANDS = {
     "show": ("data_prep.cmd_show", "draw a cached document's blocks over a page image (PNG)"),
     "longdocurl": ("data_prep.longdocurl", "build the GRPO training set (parquet) from LongDocURL"),
     "citevqa": ("data_prep.citevqa", "rehydrate and verify the CiteVQA evaluation subset into gold JSONL"),
-    "demo": ("data_prep.demo", "run the whole pipeline on a generated sample document on the CPU"),
 }
 
 if __name__ == "__main__":

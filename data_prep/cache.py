@@ -30,6 +30,7 @@ import tempfile
 import time
 import uuid
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -484,3 +485,93 @@ def list_cache(cache_dir: str | Path) -> list[str]:
     return sorted(
         p.name for p in cache_dir.iterdir() if not p.name.startswith(".") and (p / "manifest.json").is_file()
     )
+
+
+class DocCache:
+    """Maps a gold ``doc_key`` to a cache entry of ``cache_dir`` and keeps loaded entries.
+
+    The one document lookup of every stage (the reward, LAT's reward, ``eval``, the CiteVQA builder).
+    ``doc_key`` is tried as (1) a cache key (a folder of ``cache_dir``), (2) the stem of the cached PDF's file
+    name (the verified release's ``pdf_stem``), (3) a prefix (>= 8 hex) of the PDF's sha256. ``parser`` /
+    ``encoder`` (names) pick one entry when a PDF was cached with several settings. ``max_loaded``: keep at most
+    this many entries loaded (least recently used dropped first); None keeps all. A ``doc_key`` with no entry
+    raises :class:`CacheError`."""
+
+    def __init__(
+        self,
+        cache_dir: str | Path,
+        parser: str | None = None,
+        encoder: str | None = None,
+        max_loaded: int | None = None,
+    ) -> None:
+        self.cache_dir = Path(cache_dir)
+        if not self.cache_dir.is_dir():
+            raise InputError(f"{self.cache_dir}: cache directory not found")
+        self.parser = parser
+        self.encoder = encoder
+        self.max_loaded = max_loaded
+        self._manifests: dict[str, dict] | None = None
+        self._loaded: OrderedDict[str, CachedDoc] = OrderedDict()
+        self._keys: dict[str, str] = {}
+
+    def _all_manifests(self) -> dict[str, dict]:
+        if self._manifests is None:
+            self._manifests = {}
+            for p in sorted(self.cache_dir.iterdir()):
+                mf = p / "manifest.json"
+                if p.name.startswith(".") or not mf.is_file():
+                    continue
+                try:
+                    self._manifests[p.name] = json.loads(mf.read_text())
+                except (OSError, json.JSONDecodeError):
+                    continue  # load_cache reports it if this entry is ever asked for
+        return self._manifests
+
+    def _wanted(self, m: dict) -> bool:
+        if self.parser and (m.get("parser") or {}).get("name") != self.parser:
+            return False
+        return not (self.encoder and (m.get("encoder") or {}).get("name") != self.encoder)
+
+    def key_for(self, doc_key: str) -> str:
+        """The cache key of ``doc_key`` (InputError when none or several match)."""
+        if doc_key in self._keys:
+            return self._keys[doc_key]
+        if (self.cache_dir / doc_key / "manifest.json").is_file():
+            self._keys[doc_key] = doc_key
+            return doc_key
+        manifests = self._all_manifests()
+        hits = [
+            k
+            for k, m in manifests.items()
+            if self._wanted(m)
+            and (
+                Path(str(m.get("pdf_path", ""))).stem == doc_key
+                or (len(doc_key) >= 8 and str(m.get("pdf_sha256", "")).startswith(doc_key.lower()))
+            )
+        ]
+        if not hits:
+            raise CacheError(
+                f"{self.cache_dir / doc_key}: no cache entry for doc_key {doc_key!r} (no manifest.json, and no "
+                "entry's PDF stem or sha256 prefix matches"
+                + (f" with parser={self.parser!r}" if self.parser else "")
+                + "); build it with `python -m data_prep blocks`"
+            )
+        if len(hits) > 1:
+            desc = ", ".join(
+                f"{k} ({manifests[k]['parser']['name']}/{(manifests[k].get('encoder') or {}).get('name')})"
+                for k in hits
+            )
+            raise InputError(f"doc_key {doc_key!r} matches {len(hits)} cache entries: {desc}; pass --parser/--encoder")
+        self._keys[doc_key] = hits[0]
+        return hits[0]
+
+    def get(self, doc_key: str) -> CachedDoc:
+        key = self.key_for(doc_key)
+        cached = self._loaded.get(key)
+        if cached is not None:
+            self._loaded.move_to_end(key)
+            return cached
+        cached = self._loaded[key] = load_cache(self.cache_dir, key)
+        while self.max_loaded is not None and len(self._loaded) > self.max_loaded:
+            self._loaded.popitem(last=False)
+        return cached

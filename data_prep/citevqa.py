@@ -64,8 +64,8 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.document import Document
-from data_prep.text import token_recall
-from data_prep.types import InputError
+from data_prep.text import cjk_share, token_recall
+from data_prep.types import BBox, InputError
 
 FUNNEL_STEPS = (
     "records",
@@ -154,7 +154,7 @@ class VerifyConfig:
 
 
 # ---------------------------------------------------------------------------------------------- conversions
-def raw_box_to_points(raw: list[float], page_size: tuple[float, float]) -> tuple[float, float, float, float]:
+def raw_box_to_points(raw: list[float], page_size: tuple[float, float]) -> BBox:
     """CiteVQA's ``[y1, x1, y2, x2]`` on 0-1000 -> ``(x0, y0, x1, y1)`` in points of a ``(width, height)`` page.
 
     >>> raw_box_to_points([100, 200, 300, 400], (600.0, 800.0))
@@ -239,13 +239,9 @@ def pdf_name(record: dict, fields: CiteVQAFields) -> str | None:
     return None if v is None else Path(str(v)).stem
 
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
-
-
 def guess_language(text: str) -> str:
     """``zh`` when CJK characters are at least 20% of the non-space characters, else ``en``."""
-    chars = [c for c in text if not c.isspace()]
-    return "zh" if chars and len(_CJK.findall(text)) / len(chars) >= 0.2 else "en"
+    return "zh" if cjk_share(text) >= 0.2 else "en"
 
 
 def _element_type(t: Any) -> str:
@@ -352,7 +348,7 @@ class BlockTypes:
     """Types of parsed blocks from a block cache (``--types-cache``), by PDF stem."""
 
     def __init__(self, cache_dir: Path) -> None:
-        from eval.cmd_resolve import DocCache
+        from data_prep.cache import DocCache
 
         self.docs = DocCache(cache_dir)
 
@@ -647,7 +643,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eval.schemas import iter_jsonl, write_json, write_jsonl
+    from data_prep.io import atomic_write_json as write_json
+    from data_prep.io import atomic_write_jsonl as write_jsonl
+    from data_prep.io import read_jsonl as iter_jsonl
 
     if not args.pdf_dir.is_dir():
         raise InputError(f"{args.pdf_dir}: PDF folder not found")

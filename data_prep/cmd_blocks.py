@@ -26,13 +26,20 @@ import time
 import warnings
 from pathlib import Path
 
-ENCODER_CHOICES = ("minilm", "qwen3-vl-embedding", "none")
+from data_prep.encoders import ENCODERS
+from data_prep.parsers import PARSERS
+
+NO_ENCODER = "none"
+"""``--encoder none``: store blocks only, no embeddings."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pdfs", nargs="+", type=Path, metavar="PDF", help="PDF files to parse")
     p.add_argument(
-        "--parser", required=True, metavar="{pdftext,mineru,docling}", help="layout parser (pdftext runs anywhere)"
+        "--parser",
+        required=True,
+        metavar="{" + ",".join(PARSERS.names()) + "}",
+        help="layout parser (pdftext runs anywhere; `python -m quotecite plugins` lists them)",
     )
     p.add_argument(
         "--parser-output",
@@ -43,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--encoder",
         default="minilm",
-        metavar="{" + ",".join(ENCODER_CHOICES) + "}",
+        metavar="{" + ",".join([*ENCODERS.names(), NO_ENCODER]) + "}",
         help="block encoder (default: minilm, on the CPU); none stores blocks only",
     )
     p.add_argument(
@@ -63,29 +70,33 @@ def _make_encoder(args: argparse.Namespace):
     from data_prep.encoders import get_encoder
     from data_prep.types import InputError
 
-    if args.encoder not in ENCODER_CHOICES:
+    if args.encoder == NO_ENCODER:
+        flags = [f for f, v in (("--embed-url", args.embed_url), ("--embed-model", args.embed_model),
+                                ("--embed-model-path", args.embed_model_path)) if v]  # fmt: skip
+        if flags:
+            raise InputError(f"{', '.join(flags)} do not apply to --encoder {NO_ENCODER}")
+        return None
+    if args.encoder not in ENCODERS:
         import difflib
 
-        close = difflib.get_close_matches(args.encoder, ENCODER_CHOICES, n=1)
+        known = [*ENCODERS.names(), NO_ENCODER]
+        close = difflib.get_close_matches(args.encoder, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise InputError(f"unknown encoder {args.encoder!r}{hint} (known: {', '.join(ENCODER_CHOICES)})")
-    qwen_flags = {"--embed-url": args.embed_url, "--embed-model": args.embed_model}
-    qwen_flags["--embed-model-path"] = args.embed_model_path
-    given = [flag for flag, value in qwen_flags.items() if value]
-    if given and args.encoder != "qwen3-vl-embedding":
-        raise InputError(
-            f"{', '.join(given)} only apply to --encoder qwen3-vl-embedding (got --encoder {args.encoder})"
-        )
-    if args.encoder == "none":
-        return None
-    if args.encoder == "minilm":
-        return get_encoder("minilm")
-    kwargs = {"transport": "http", "url": args.embed_url} if args.embed_url else {}
-    if args.embed_model:
-        kwargs["model"] = args.embed_model
-    if args.embed_model_path:
-        kwargs["model_path"] = args.embed_model_path
-    return get_encoder("qwen3-vl-embedding", **kwargs)
+        raise InputError(f"unknown encoder {args.encoder!r}{hint} (known: {', '.join(known)})")
+    kwargs: dict = {}
+    for flag, need, key, value in (
+        ("--embed-url", "url", "url", args.embed_url),
+        ("--embed-model", "url", "model", args.embed_model),
+        ("--embed-model-path", "model_path", "model_path", args.embed_model_path),
+    ):
+        if value:
+            if not ENCODERS.needs(args.encoder, need):
+                takers = ", ".join(ENCODERS.with_need(need))
+                raise InputError(f"{flag} only applies to --encoder {takers} (got --encoder {args.encoder})")
+            kwargs[key] = value
+    if "url" in kwargs:
+        kwargs["transport"] = "http"
+    return get_encoder(args.encoder, **kwargs)
 
 
 class WarningSummary:

@@ -234,7 +234,7 @@ class Document:
         self._matrices[page] = m
         return m
 
-    def to_display(self, page: int, rect_pdf: tuple[float, float, float, float], _handle=None) -> BBox:
+    def to_display(self, page: int, rect_pdf: BBox, _handle=None) -> BBox:
         """Convert a pdfium rect ``(left, bottom, right, top)`` in page space to a display bbox."""
         self._check_page(page)
         with _PDFIUM_LOCK:
@@ -251,7 +251,7 @@ class Document:
         xy = corners @ m
         return (float(xy[:, 0].min()), float(xy[:, 1].min()), float(xy[:, 0].max()), float(xy[:, 1].max()))
 
-    def from_display(self, page: int, bbox: BBox) -> tuple[float, float, float, float]:
+    def from_display(self, page: int, bbox: BBox) -> BBox:
         """Inverse of :meth:`to_display`: display bbox -> pdfium ``(left, bottom, right, top)``."""
         self._check_page(page)
         with _PDFIUM_LOCK:

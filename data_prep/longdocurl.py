@@ -9,13 +9,18 @@ Outputs under ``--out``:
 
 * ``train.parquet``, ``val.parquet``: columns ``prompt`` (one ``<image>`` per page, then the question),
   ``images`` (page image paths relative to ``--out``: set EasyR1's ``data.image_dir`` to ``--out``), ``answer``
-  (:func:`reward.groundtruth.pack_ground_truth`: qid, doc_key, question, gold answer, window pages), ``doc_key``,
+  (:func:`data_prep.groundtruth.pack_ground_truth`: qid, doc_key, question, gold answer, window pages), ``doc_key``,
   ``n_images``. The split is seeded, holds out ``--val`` questions, and no document is in both.
 * ``images/<doc_no>-<sha8>/p<page>_<pixels>px_q<quality>.jpg``; the block cache of every kept document in
   ``--cache-dir`` (default ``OUT/cache``; the reward reads it); ``summary.json``; ``skipped.jsonl`` (one line per
   skipped question with its reason); with ``--eval-pdfs``, ``overlap_report.json``.
 * ``.state/``: one done-marker per document (its rows, skips and overlap verdict, keyed by a hash of everything
   that decides them) and cached fingerprints, so a rerun skips finished documents; every write is atomic.
+
+As a job array (``launch/prep_array.sh``): ``--shard I/N`` (1-based, :mod:`data_prep.shards`) processes only the
+documents whose ``doc_no`` hashes into shard I (cache entries, page images, done-markers) and writes no parquet,
+summary or report; then one ``--finalize`` run takes every document from its done-marker and writes the outputs,
+or fails naming the documents that have none (their shard task failed or never ran) without writing anything.
 
 Pages are 1-based everywhere (LongDocURL's ``evidence_pages`` are 1-based).
 """
@@ -47,6 +52,7 @@ from data_prep.fingerprint import (
 )
 from data_prep.io import atomic_path, atomic_write_json, atomic_write_text
 from data_prep.qwen_tokens import QWEN3_VL, PromptBudget, choose_page_budget, estimate_text_tokens, image_tokens
+from data_prep.shards import Shard
 from data_prep.types import InputError
 from recipes import prompt_path
 
@@ -239,6 +245,11 @@ class BuildConfig:
     """JPEG quality of page images."""
     minhash: MinHashConfig = MinHashConfig()
     """Near-duplicate check settings (threshold: estimated Jaccard at or above which a document is excluded)."""
+    shard: Shard | None = None
+    """Only this shard's documents, and no outputs but the cache, images and done-markers (a job-array task)."""
+    finalize: bool = False
+    """Build nothing: take every document from its done-marker and write the outputs; InputError naming the
+    documents without one."""
 
     @property
     def cache_path(self) -> Path:
@@ -261,6 +272,8 @@ class BuildResult:
     """Page images found on disk from an earlier run (or shared with another question)."""
     docs_from_state: int = 0
     """Documents taken whole from their done-marker."""
+    documents: list[str] = field(default_factory=list)
+    """The ``doc_no`` of every document this run processed (with ``--shard``: the shard's)."""
     lowered_budgets: int = 0
     """Questions whose per-page pixel budget is below the evaluation budget."""
     summary: dict = field(default_factory=dict)
@@ -458,6 +471,8 @@ class _Builder:
             if state and state.get("settings") == settings and self._outputs_present(state["rows"]):
                 self.result.docs_from_state += 1
                 return state
+        if self.c.finalize:
+            return {"missing": str(pdf)}
         try:
             doc = Document.open(pdf)
         except InputError as e:
@@ -582,7 +597,7 @@ class _Builder:
 
     @staticmethod
     def _ground_truth(r: Record, doc_key: str, pages: tuple[int, int]) -> str:
-        from reward.groundtruth import GroundTruth, pack_ground_truth
+        from data_prep.groundtruth import GroundTruth, pack_ground_truth
 
         return pack_ground_truth(GroundTruth(r.qid, doc_key, r.question, r.answer, pages=pages))
 
@@ -622,9 +637,16 @@ class _Builder:
         rows: list[dict] = []
         max_jaccards: dict[str, float] = {}
         unverifiable: list[str] = []
-        for doc_no in self._progress(sorted(by_doc), f"building {len(by_doc)} documents"):
+        missing: list[str] = []
+        docs = sorted(by_doc) if c.shard is None else c.shard.select(sorted(by_doc), key=str)
+        self.result.documents = docs
+        what = f"shard {c.shard}: building {len(docs)} of {len(by_doc)}" if c.shard else f"building {len(docs)}"
+        for doc_no in self._progress(docs, f"{what} documents"):
             recs = by_doc[doc_no]
             state = self.process_doc(doc_no, recs, _find_pdf(recs, index), evals, eval_digest)
+            if "missing" in state:
+                missing.append(f"{doc_no} ({state['missing']})")
+                continue
             rows.extend(state["rows"])
             self.result.skipped.extend(state["skips"])
             if state.get("overlap"):
@@ -634,7 +656,17 @@ class _Builder:
             if state.get("unverifiable"):
                 unverifiable.append(doc_no)
 
+        if missing:
+            shown = ", ".join(missing[:50]) + (f" and {len(missing) - 50} more" if len(missing) > 50 else "")
+            raise InputError(
+                f"--finalize: {len(missing)} of {len(docs)} documents have no finished entry under {self.state_dir} "
+                f"(their shard task failed or never ran): {shown}; rerun those shards (or the build without "
+                "--finalize); nothing was written"
+            )
         self.result.lowered_budgets = sum(1 for r in rows if r["lowered"])
+        if c.shard is not None:  # a job-array task: the --finalize run splits and writes the outputs
+            self.result.train_rows = rows
+            return self.result
         train, val = split_by_document(rows, c.val, c.seed)
         self.result.train_rows, self.result.val_rows = train, val
         self._write_outputs(evals, eval_unreadable, max_jaccards, unverifiable, time.perf_counter() - t0)
@@ -823,6 +855,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=m.threshold,
         help=f"MinHash Jaccard at or above which a training PDF duplicates an evaluation PDF (default {m.threshold})",
     )
+    arr = parser.add_mutually_exclusive_group()
+    arr.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="job-array task: only the documents of shard I of N (1-based; by a hash of doc_no) into the cache, "
+        "images and done-markers; no parquet (then run --finalize)",
+    )
+    arr.add_argument(
+        "--finalize",
+        action="store_true",
+        help="after the shards: write parquet, summary and reports from the done-markers, building nothing; fails "
+        "naming the documents that have none",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> BuildConfig:
@@ -855,6 +900,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         format_prompt=args.format_prompt,
         jpeg_quality=args.jpeg_quality,
         minhash=MinHashConfig(threshold=args.near_dup_threshold),
+        shard=Shard.parse(args.shard) if getattr(args, "shard", None) is not None else None,
+        finalize=bool(getattr(args, "finalize", False)),
     )
 
 
@@ -870,6 +917,16 @@ def run(args: argparse.Namespace) -> int:
         refuse_output_over_inputs(config.out / name, [args.jsonl], flag=f"--out's {name}")
     console = Console()
     result = build(config, console)
+    if config.shard is not None:
+        failed = sorted({s["doc_no"] for s in result.skipped if s["reason"] == CACHE_FAILED})
+        console.print(
+            f"shard {config.shard}: {len(result.documents)} documents ({result.docs_from_state} already done), "
+            f"{len(result.train_rows)} questions kept; cache: {config.cache_path}"
+        )
+        if failed:
+            console.print(f"[bold red]shard {config.shard}: cache build failed for {', '.join(failed)}; rerun it")
+            return 1
+        return 0
     print_summary(result.summary, config.out, console)
     if not result.train_rows:
         console.print("[bold red]no training question kept: see skipped.jsonl for the reasons")

@@ -9,12 +9,40 @@ import re
 import unicodedata
 from collections import Counter
 
-_CJK = (
-    "\u3040-\u30ff"  # hiragana, katakana
-    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs
-    "\uac00-\ud7af"  # hangul syllables
-)
+CJK_LETTERS: tuple[tuple[int, int], ...] = (
+    (0x3040, 0x30FF),  # hiragana, katakana
+    (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),  # CJK ideographs
+    (0xAC00, 0xD7AF),  # hangul syllables
+)  # fmt: skip
+"""Code point ranges of CJK letters: one token each, and what counts towards a text's CJK share."""
+CJK_MARKS: tuple[tuple[int, int], ...] = ((0x3000, 0x303F), (0xFF00, 0xFFEF))
+"""CJK punctuation and full-width forms: no space is put between them and a CJK letter either."""
+_CJK = "".join(f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in CJK_LETTERS)
 _TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+", re.UNICODE)
+_CJK_LETTER_RE = re.compile(rf"[{_CJK}]")
+
+
+def is_cjk(ch: str, marks: bool = True) -> bool:
+    """The one CJK test: ``ch`` is a CJK letter, or (``marks``) CJK punctuation or a full-width form. Parsers join
+    two lines without a space when both sides are CJK (Chinese wraps mid-sentence).
+
+    >>> is_cjk("深"), is_cjk("。"), is_cjk("。", marks=False), is_cjk("a"), is_cjk("")
+    (True, True, False, False, False)
+    """
+    if len(ch) != 1:
+        return False
+    o = ord(ch)
+    return any(lo <= o <= hi for lo, hi in CJK_LETTERS + (CJK_MARKS if marks else ()))
+
+
+def cjk_share(text: str) -> float:
+    """Share of the non-space characters of ``text`` that are CJK letters (0 for an empty text).
+
+    >>> cjk_share("深圳 ab"), cjk_share("")
+    (0.5, 0.0)
+    """
+    chars = [c for c in text if not c.isspace()]
+    return len(_CJK_LETTER_RE.findall(text)) / len(chars) if chars else 0.0
 
 
 def tokenize(text: str) -> list[str]:

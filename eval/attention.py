@@ -1,5 +1,6 @@
-"""MultAttnAttrib (``../shared/papers/multattnattrib-paper.txt``, Sections 3.2-3.4) adapted to page images and
-layout blocks: training-free attribution of an answer from the prefill attention of the same VLM.
+"""MultAttnAttrib (the MultAttnAttrib / MultAttrEval paper, Section 3 "MultAttnAttrib: A Training-Free Approach
+for Multimodal Attribution", subsections 3.2-3.4) adapted to page images and layout blocks: training-free
+attribution of an answer from the prefill attention of the same VLM.
 
 The paper scores images (mean attention over their patch tokens) and text (sliding windows of tokens) of a
 document; here the units are the layout blocks of the cache, and a page is one image:
@@ -44,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.io import atomic_write_text
-from data_prep.types import InputError
+from data_prep.types import BBox, InputError
 
 ATTENTION_INTERFACE = "attention"
 RECORDER_NAME = "quotecite_query_attention"
@@ -475,7 +476,7 @@ class Probe:
     blocks: list
     question: str
     answer: str
-    evidence: list[tuple[int, tuple[float, float, float, float]]]
+    evidence: list[tuple[int, BBox]]
     text_layer: list[tuple[int, int, str]] | None = None
 
 

@@ -27,7 +27,6 @@ quote, block_id) and ``resolve`` (what was done, and why a response gave no cita
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,9 +35,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from data_prep.cache import CachedDoc, load_cache
+from data_prep.cache import CachedDoc, DocCache  # noqa: F401  (DocCache: re-exported for eval's callers)
+from data_prep.encoders import MemoEncoder
 from data_prep.io import finite_float, int_in_range, refuse_output_over_inputs
 from data_prep.types import InputError
+from eval.interfaces import get_interface
 from eval.schemas import Gold, Prediction, read_gold, read_predictions, write_jsonl
 from reward.cmd_score import MAX_QUOTES_OPTION
 from reward.response import DEFAULT_MAX_QUOTES
@@ -50,109 +51,6 @@ QUERIES = ("quotes", "question", "question+answer")
 
 
 # ---------------------------------------------------------------------------------------------- cache lookup
-class DocCache:
-    """Maps a gold ``doc_key`` to a cache entry of ``cache_dir`` and keeps loaded entries.
-
-    ``doc_key`` is tried as (1) a cache key (a folder of ``cache_dir``), (2) the stem of the cached PDF's file
-    name (the verified release's ``pdf_stem``), (3) a prefix (>= 8 hex) of the PDF's sha256. ``parser`` /
-    ``encoder`` (names) pick one entry when a PDF was cached with several settings."""
-
-    def __init__(self, cache_dir: str | Path, parser: str | None = None, encoder: str | None = None) -> None:
-        self.cache_dir = Path(cache_dir)
-        if not self.cache_dir.is_dir():
-            raise InputError(f"{self.cache_dir}: cache directory not found")
-        self.parser = parser
-        self.encoder = encoder
-        self._manifests: dict[str, dict] | None = None
-        self._loaded: dict[str, CachedDoc] = {}
-        self._keys: dict[str, str] = {}
-
-    def _all_manifests(self) -> dict[str, dict]:
-        if self._manifests is None:
-            self._manifests = {}
-            for p in sorted(self.cache_dir.iterdir()):
-                mf = p / "manifest.json"
-                if p.name.startswith(".") or not mf.is_file():
-                    continue
-                try:
-                    self._manifests[p.name] = json.loads(mf.read_text())
-                except (OSError, json.JSONDecodeError):
-                    continue  # load_cache reports it if this entry is ever asked for
-        return self._manifests
-
-    def _wanted(self, m: dict) -> bool:
-        if self.parser and (m.get("parser") or {}).get("name") != self.parser:
-            return False
-        return not (self.encoder and (m.get("encoder") or {}).get("name") != self.encoder)
-
-    def key_for(self, doc_key: str) -> str:
-        """The cache key of ``doc_key`` (InputError when none or several match)."""
-        if doc_key in self._keys:
-            return self._keys[doc_key]
-        if (self.cache_dir / doc_key / "manifest.json").is_file():
-            self._keys[doc_key] = doc_key
-            return doc_key
-        manifests = self._all_manifests()
-        hits = [
-            k
-            for k, m in manifests.items()
-            if self._wanted(m)
-            and (
-                Path(str(m.get("pdf_path", ""))).stem == doc_key
-                or (len(doc_key) >= 8 and str(m.get("pdf_sha256", "")).startswith(doc_key.lower()))
-            )
-        ]
-        if not hits:
-            raise InputError(
-                f"doc_key {doc_key!r}: no entry of cache {self.cache_dir} has that key, PDF stem or sha256 prefix"
-                + (f" (with parser={self.parser!r})" if self.parser else "")
-                + "; build it with `python -m data_prep blocks`"
-            )
-        if len(hits) > 1:
-            desc = ", ".join(
-                f"{k} ({manifests[k]['parser']['name']}/{(manifests[k].get('encoder') or {}).get('name')})"
-                for k in hits
-            )
-            raise InputError(f"doc_key {doc_key!r} matches {len(hits)} cache entries: {desc}; pass --parser/--encoder")
-        self._keys[doc_key] = hits[0]
-        return hits[0]
-
-    def get(self, doc_key: str) -> CachedDoc:
-        key = self.key_for(doc_key)
-        if key not in self._loaded:
-            self._loaded[key] = load_cache(self.cache_dir, key)
-        return self._loaded[key]
-
-
-class MemoEncoder:
-    """Wraps an encoder and remembers query embeddings, so resolving and ranking the same quotes embeds them
-    once (the wrapper keeps ``name``/``dim`` so the resolver's encoder check still applies)."""
-
-    def __init__(self, encoder, max_items: int = 4096) -> None:
-        self.inner = encoder
-        self.name = encoder.name
-        self.dim = encoder.dim
-        self.max_items = max_items
-        self._memo: dict[str, np.ndarray] = {}
-
-    def fingerprint(self) -> str:
-        return self.inner.fingerprint()
-
-    def embed_texts(self, texts: list[str]) -> np.ndarray:
-        todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
-        if todo:
-            if len(self._memo) + len(todo) > self.max_items:
-                self._memo.clear()
-            for t, v in zip(todo, np.asarray(self.inner.embed_texts(todo), dtype=np.float32), strict=True):
-                self._memo[t] = v
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([self._memo[t] for t in texts])
-
-    def embed_blocks(self, doc, blocks):
-        return self.inner.embed_blocks(doc, blocks)
-
-
 @dataclass
 class Resolver:
     """Resolves predictions against a :class:`DocCache` with one resolver and query mode."""
@@ -210,14 +108,15 @@ class Resolver:
     def resolve(self, gold: Gold, pred: Prediction) -> dict:
         """The output record of one prediction."""
         cached = self.docs.get(gold.doc_key)
-        if pred.interface == "coordinate":
+        how = get_interface(pred.interface).cites_by if pred.interface else "quotes"
+        if how == "boxes":
             return self._coordinate(gold, pred, cached)
-        if pred.interface == "attention":  # blocks read off the attention (eval/attention.py): already citations
+        if how == "citations":  # blocks read off the attention (eval/attention.py): already citations
             self.stats["responses"] += 1
             return self._record(
-                pred, pred.answer, [c.to_json() for c in pred.citations], {"interface": "attention"}, {}
+                pred, pred.answer, [c.to_json() for c in pred.citations], {"interface": pred.interface}, {}
             )
-        if pred.interface == "lat":  # LAT's Chain-of-Evidence boxes (eval/lat.py)
+        if how == "steps":  # LAT's Chain-of-Evidence boxes (eval/lat.py)
             from eval.lat import resolve_lat
 
             self.stats["responses"] += 1

@@ -62,12 +62,9 @@ from eval.metrics import (
     threshold_key,
 )
 from eval.schemas import Gold, Prediction, atomic_write_text, read_gold, read_predictions, write_json, write_jsonl
+from reward.judge import CLI_OUTAGE_S, DEFAULT_JUDGE, JUDGES, JudgeSettings
 from reward.replicas import UrlListAction
 
-JUDGE_MAX_CROPS = 6
-"""Crops of cited regions sent to the judge per response (paper Appendix A: at most six)."""
-JUDGE_CROP_DPI = 150
-"""Resolution of the judge's crops (paper Appendix A)."""
 JUDGE_BATCH = 64
 """Questions per judge batch (progress is reported per batch)."""
 
@@ -122,7 +119,9 @@ def run_judge(golds: Sequence[Gold], preds: Sequence[Prediction | None], judge, 
 
     Raises :class:`InputError` when the judge is misconfigured (:class:`JudgeSetupCheck`); outages only leave the
     questions they hit unjudged."""
-    from reward.judge import JudgeRequest, JudgeStats, crop_pngs
+    from reward.judge import JudgeRequest, JudgeSettings, JudgeStats, crop_pngs
+
+    settings = getattr(judge, "settings", None) or JudgeSettings()  # crops: at most six at 150 dpi (Appendix A)
 
     by_doc: dict[str, list[int]] = {}
     for i, g in enumerate(golds):
@@ -137,15 +136,13 @@ def run_judge(golds: Sequence[Gold], preds: Sequence[Prediction | None], judge, 
                     p = preds[i]
                     citations = p.citations if p else ()
                     cits, texts = _evidence(cached, doc, citations)
-                    crops = (
-                        crop_pngs(cached, cits, max_crops=JUDGE_MAX_CROPS, dpi=JUDGE_CROP_DPI, doc=doc) if cits else ()
-                    )
+                    crops = crop_pngs(cached, cits, settings.max_crops, settings.crop_dpi, doc=doc) if cits else ()
                     reqs[i] = JudgeRequest(
                         question=golds[i].question,
                         gold_answer=golds[i].answer,
                         answer=p.answer if p else "",
                         crops=crops,
-                        evidence_texts=tuple(texts[:JUDGE_MAX_CROPS]),
+                        evidence_texts=tuple(texts[: settings.max_crops]),
                     )
                     bar.update(1)
             finally:
@@ -377,18 +374,29 @@ JUDGE_PROTOCOLS = ("citevqa", "rubric")
 
 
 def make_judge(args: argparse.Namespace):
-    """The judge asked for on the command line, or None."""
-    from reward.judge import get_judge
+    """The judge asked for on the command line, or None: ``--judge NAME`` (any registered judge; one that needs a
+    server URL takes ``--judge-url``, which alone means the default judge)."""
+    from reward.judge import DEFAULT_JUDGE, JUDGES, JudgeSettings, build_judge
 
-    if args.judge_url and args.judge == "lexical":
-        raise InputError("give either --judge-url (HTTP judge) or --judge lexical, not both")
-    protocol = getattr(args, "judge_protocol", "citevqa")
-    if args.judge_url:
+    name = args.judge or (DEFAULT_JUDGE if args.judge_url else None)
+    if name is None:
+        return None
+    needs_url = JUDGES.needs(name, "url")
+    if args.judge_url and not needs_url:
+        raise InputError(f"give either --judge-url (a judge server) or --judge {name}, not both")
+    if needs_url and not args.judge_url:
+        raise InputError(f"--judge {name} needs --judge-url (its server)")
+    settings = JudgeSettings(
+        concurrency=args.judge_concurrency,
+        outage_s=args.judge_outage_s,
+        prompt_path=str(args.judge_prompt) if args.judge_prompt else None,
+    )
+    if not needs_url:
+        judge = build_judge(name, settings=settings)
+    else:
         if not args.judge_model:
             raise InputError("--judge-url needs --judge-model (the served model name)")
-        kwargs = {"base_url": args.judge_url, "model": args.judge_model, "concurrency": args.judge_concurrency,
-                  "outage_s": args.judge_outage_s}  # fmt: skip
-        if protocol == "citevqa":
+        if getattr(args, "judge_protocol", "citevqa") == "citevqa":
             from eval.citevqa import CiteVQAJudge
 
             if args.judge_prompt:
@@ -396,13 +404,17 @@ def make_judge(args: argparse.Namespace):
                     "--judge-prompt is the rubric judge's prompt; the CiteVQA judge reads its prompts from "
                     "--citevqa-dir (add --judge-protocol rubric to use --judge-prompt)"
                 )
-            return CiteVQAJudge(citevqa_dir=getattr(args, "citevqa_dir", None), **kwargs)
-        if args.judge_prompt:
-            kwargs["prompt_path"] = args.judge_prompt
-        return get_judge("http", **kwargs)
-    if args.judge == "lexical":
-        return get_judge("lexical")
-    return None
+            kwargs = {k: v for k, v in settings.client_kwargs().items() if k != "prompt_path"}
+            judge = CiteVQAJudge(
+                citevqa_dir=getattr(args, "citevqa_dir", None),
+                base_url=args.judge_url,
+                model=args.judge_model,
+                **kwargs,
+            )
+        else:
+            judge = build_judge(name, args.judge_url, args.judge_model, settings)
+    judge.settings = settings  # the crops run_judge renders for it
+    return judge
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -448,12 +460,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="judged runs: box metrics of the per-language/per-type breakdowns over the judged subset (paper "
         "Table 6, default) or over all questions",
     )
-    parser.add_argument("--judge-concurrency", type=int_in_range(1, 4096), default=16, help="judge requests in flight")
     parser.add_argument(
-        "--judge-outage-s", type=finite_float, default=30.0,
+        "--judge-concurrency", type=int_in_range(1, 4096), default=JudgeSettings.concurrency,
+        help="judge requests in flight",
+    )  # fmt: skip
+    parser.add_argument(
+        "--judge-outage-s", type=finite_float, default=CLI_OUTAGE_S,
         help="seconds to wait out a judge outage (probing /health) before stopping with an error (0: none)",
     )  # fmt: skip
-    parser.add_argument("--judge", default=None, choices=["lexical"], help="offline text-overlap judge")
+    parser.add_argument(
+        "--judge", default=None, choices=JUDGES.names(),
+        help="; ".join(f"{e['name']}: {e['summary']}" for e in JUDGES.describe()) + " (default: none, or "
+        f"{DEFAULT_JUDGE} with --judge-url)",
+    )  # fmt: skip
     parser.add_argument("--label", default=None, help="name of this run in tables and plots (default: pred stem)")
     parser.add_argument("--no-report", action="store_true", help="skip report.html")
     parser.add_argument(

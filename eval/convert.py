@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.document import Document, render_size
-from data_prep.types import Block, InputError, clip_bbox
+from data_prep.types import BBox, Block, InputError, clip_bbox
 from eval.boxes import intersection
 from eval.schemas import Gold, iter_jsonl, read_gold, write_jsonl
 
@@ -106,9 +106,7 @@ def page_image_size(page_size: tuple[float, float], max_pixels: float) -> tuple[
     return render_size(page_size, max_pixels)
 
 
-def pixels_to_points(
-    box: Sequence[float], image_size: tuple[float, float], page_size: tuple[float, float]
-) -> tuple[float, float, float, float]:
+def pixels_to_points(box: Sequence[float], image_size: tuple[float, float], page_size: tuple[float, float]) -> BBox:
     """``[x1, y1, x2, y2]`` in pixels of a whole-page image of ``image_size`` -> points of a ``page_size`` page.
 
     >>> pixels_to_points([100, 50, 300, 150], (1000, 500), (500.0, 250.0))
@@ -126,7 +124,7 @@ class LatBox:
     """One LAT box as written: ``image`` (1-based into the images shown, None when absent), pixel ``box``."""
 
     image: int | None
-    box: tuple[float, float, float, float]
+    box: BBox
     in_answer: bool
 
 
@@ -226,7 +224,7 @@ class Documents:
         if pdf_dir is not None and not pdf_dir.is_dir():
             raise InputError(f"{pdf_dir}: PDF directory not found")
         self._docs: dict[str, DocInfo] = {}
-        self._images: dict[str, list[tuple[int, tuple[float, float, float, float]]]] = {}
+        self._images: dict[str, list[tuple[int, BBox]]] = {}
 
     def get(self, doc_key: str) -> DocInfo:
         if doc_key not in self._docs:
@@ -240,7 +238,7 @@ class Documents:
                 self._docs[doc_key] = DocInfo(doc_key, sizes, None, lambda p=path: Document.open(p))
         return self._docs[doc_key]
 
-    def pdf_images(self, doc: DocInfo) -> list[tuple[int, tuple[float, float, float, float]]]:
+    def pdf_images(self, doc: DocInfo) -> list[tuple[int, BBox]]:
         """Every image object of the PDF as ``(page, display bbox in points)``, page order then drawing order."""
         if doc.doc_key not in self._images:
             with doc.open_pdf() as d:
@@ -280,9 +278,8 @@ class Converter:
     def convert(self, rec: dict, gold: Gold, where: str) -> dict:
         doc = self.docs.get(gold.doc_key)
         self.stats["records"] += 1
-        if self.system == "lat":
-            return self._lat(rec, gold, doc, where)
-        return self._multattnattrib(rec, gold, doc, where)
+        convert = {"lat": self._lat, "multattnattrib": self._multattnattrib}[self.system]  # one per SYSTEMS
+        return convert(rec, gold, doc, where)
 
     def _drop(self, dropped: Counter, reason: str) -> None:
         dropped[reason] += 1
@@ -358,7 +355,7 @@ class Converter:
         }
 
     # ------------------------------------------------------------------ MultAttnAttrib
-    def _doc_images(self, rec: dict, doc: DocInfo, where: str) -> list[tuple[int, tuple[float, float, float, float]]]:
+    def _doc_images(self, rec: dict, doc: DocInfo, where: str) -> list[tuple[int, BBox]]:
         given = rec.get("images")
         source = "record images"
         if given is None and self.image_list is not None and doc.doc_key in self.image_list:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from data_prep.types import Block
+from data_prep.types import BBox, Block
 from eval.boxes import box_distance, iou, normalize_box
 
 COORD_SCALE = 1000.0
@@ -39,7 +39,7 @@ class CoordBox:
     """A tag as written: 1-based ``page`` and ``(x1, y1, x2, y2)`` on the 0-1000 scale of that page."""
 
     page: int
-    box: tuple[float, float, float, float]
+    box: BBox
     raw: str
 
 
@@ -60,7 +60,7 @@ def strip_thinking(text: str) -> str:
     return text
 
 
-def _tag_box(attrs: str) -> tuple[int, tuple[float, float, float, float]] | None:
+def _tag_box(attrs: str) -> tuple[int, BBox] | None:
     named: dict[str, str] = {}
     for m in _ATTR_RE.finditer(attrs):
         named[m.group(1).lower()] = next(g for g in m.groups()[1:] if g is not None)
@@ -112,9 +112,7 @@ def parse_coordinate_response(text: str) -> ParsedCoordinates:
     return ParsedCoordinates(tuple(boxes), unparsed, answer)
 
 
-def to_points(
-    box: Sequence[float], page_size: tuple[float, float], scale: float = COORD_SCALE
-) -> tuple[float, float, float, float]:
+def to_points(box: Sequence[float], page_size: tuple[float, float], scale: float = COORD_SCALE) -> BBox:
     """``(x1, y1, x2, y2)`` on the 0-``scale`` grid of a page of ``(width, height)`` points -> points."""
     w, h = page_size
     x1, y1, x2, y2 = box

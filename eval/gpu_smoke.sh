@@ -6,7 +6,14 @@
 #     every page as a JPEG at min(1e6, budget / pages) pixels, prompts from recipes/prompts/;
 #   * an optional LoRA adapter (EasyR1's global_step_N/actor/lora_adapter) through vLLM's LoRARequest;
 #   * both interfaces, the snap control on the coordinate run, the budget-matched q / q+a controls on the
-#     language run, and a resume check (a second `eval infer` must generate nothing).
+#     language run, and a resume check (a second `eval infer` must generate nothing);
+#   * RIVALS=1: the two rivals on the same stack as well, in the same side-by-side table: LAT's Chain-of-Evidence
+#     interface (vLLM, `--interface lat`, LAT's metrics in `eval score`) and MultAttnAttrib's attention interface
+#     (transformers prefill, `--interface attention`: head identification by causal mediation, threshold
+#     calibration, attribution; see eval/gpu_attention.md), whose wall time and peak GPU memory (nvidia-smi,
+#     sampled every 0.5 s) go to $OUT/attention_cost.txt. The smoke uses the demo gold as its own probe set; a
+#     real run takes probes disjoint from the test questions. The attention run reads the base MODEL (a LoRA
+#     policy must be merged into a checkpoint first).
 #
 # Needs: a CUDA GPU, `pip install -e ".[gpu]"` (vllm), the model weights reachable by vLLM (a local folder or a
 # Hugging Face cache). For the full paper run replace GOLD/CACHE by the CiteVQA gold (`python -m data_prep
@@ -16,7 +23,8 @@
 # (--coordinate-prompt ours) and a JUDGE_URL judge the reward's rubric call (--judge-protocol rubric).
 #
 # Usage: MODEL=/models/Qwen3-VL-8B-Instruct [LORA=ckpt/global_step_144/actor/lora_adapter] [THINKING=1] \
-#        [CITEVQA_DIR=CiteVQA/] [JUDGE_URL=http://127.0.0.1:8000/v1 JUDGE_MODEL=judge] bash eval/gpu_smoke.sh [OUT]
+#        [CITEVQA_DIR=CiteVQA/] [JUDGE_URL=http://127.0.0.1:8000/v1 JUDGE_MODEL=judge] [RIVALS=1] \
+#        bash eval/gpu_smoke.sh [OUT]
 set -euo pipefail
 
 MODEL=${MODEL:?set MODEL to the base model folder or name}
@@ -42,10 +50,12 @@ judge_flags=(--judge lexical)
 
 # 1. The sample document, its cache (pdftext + minilm) and the demo gold (CPU).
 if [[ ! -f "$GOLD" ]]; then
-  "$PY" -m data_prep demo --out "$OUT/demo"
+  "$PY" -m quotecite demo --out "$OUT/demo"
 fi
 
-for interface in language coordinate; do
+interfaces=(language coordinate)
+[[ "${RIVALS:-0}" == 1 ]] && interfaces+=(lat)
+for interface in "${interfaces[@]}"; do
   pred="$OUT/pred_${interface}_raw.jsonl"
   # 2. Generation (GPU). Resumable: a rerun skips the questions already in $pred.
   "$PY" -m eval infer "${infer_flags[@]}" --interface "$interface" --out "$pred"
@@ -64,9 +74,33 @@ done
 "$PY" -m eval resolve --pred "$OUT/pred_coordinate_raw.jsonl" --gold "$GOLD" --cache-dir "$CACHE" --snap \
   --out "$OUT/pred_coordinate_snap.jsonl"
 
+conds=(language language_question language_question_answer coordinate coordinate_snap)
+if [[ "${RIVALS:-0}" == 1 ]]; then
+  # LAT: every box of the chain becomes a citation in points (eval/lat.py).
+  "$PY" -m eval resolve --pred "$OUT/pred_lat_raw.jsonl" --gold "$GOLD" --cache-dir "$CACHE" --out "$OUT/pred_lat.jsonl"
+  # MultAttnAttrib: calibrate (heads + threshold, written to heads_cma.json) and attribute, timed and with the GPU
+  # memory sampled; then a second run reuses the saved head set and must attribute nothing new (resume).
+  attention_flags=(--interface attention --model "$MODEL" --gold "$GOLD" --cache-dir "$CACHE"
+                   --heads "$OUT/heads_cma.json" --out "$OUT/pred_attention_raw.jsonl")
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$OUT/attention_gpu_mem.csv" &
+  smi=$!
+  t0=$(date +%s)
+  "$PY" -m eval infer "${attention_flags[@]}" --probes "$GOLD" --head-method cma --top-k 20
+  t1=$(date +%s)
+  kill "$smi" || true
+  peak=$(sort -n "$OUT/attention_gpu_mem.csv" | tail -1)
+  echo "attention interface: $((t1 - t0)) s wall (load + calibration + attribution of $(wc -l < "$GOLD") questions)," \
+       "peak GPU memory ${peak} MiB (whole GPU, nvidia-smi)" | tee "$OUT/attention_cost.txt"
+  "$PY" -m eval infer "${attention_flags[@]}" | tee "$OUT/resume_attention.log"
+  grep -q "^0 attributed" "$OUT/resume_attention.log"
+  "$PY" -m eval resolve --pred "$OUT/pred_attention_raw.jsonl" --gold "$GOLD" --cache-dir "$CACHE" \
+    --out "$OUT/pred_attention.jsonl"
+  conds+=(lat attention)
+fi
+
 # 4. Score every condition, then put them side by side and test language against coordinates.
 runs=()
-for cond in language language_question language_question_answer coordinate coordinate_snap; do
+for cond in "${conds[@]}"; do
   "$PY" -m eval score --gold "$GOLD" --pred "$OUT/pred_$cond.jsonl" --cache-dir "$CACHE" "${judge_flags[@]}" \
     --label "$cond" --out "$OUT/score_$cond"
   runs+=("$OUT/score_$cond")

@@ -26,6 +26,10 @@ Prompts (paper Appendix J):
 Resumable: the output JSONL is appended one whole line per finished question (single write, fsync), indices
 already in it are skipped, and a partial last line left by a crash is removed on start.
 
+As a job array (``launch/eval_8b.sh`` with ``QUOTECITE_EVAL_SHARDS``): ``--shard I/N`` (1-based,
+:mod:`data_prep.shards`) answers only the gold questions whose index hashes into shard I, each task into its own
+``--out``; :func:`merge_shards` then joins the N files into one, checking that every question is answered once.
+
 The model runs behind :class:`Generator` (``generate(requests) -> texts``). :class:`VLLMGenerator` is the real
 one (vLLM offline ``LLM.chat`` with an optional LoRA adapter; imported only when used); tests use a scripted one.
 """
@@ -48,6 +52,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from data_prep.document import Document
+from data_prep.shards import Shard
 from data_prep.types import InputError
 from eval.schemas import Gold, append_jsonl, iter_jsonl, read_gold, repair_jsonl_tail
 from recipes import prompts_dir
@@ -232,17 +237,9 @@ def done_indices(out: Path, interface: str) -> set[str]:
 
 
 def _answer(text: str, interface: str) -> str:
-    if interface == "lat":  # LAT's Chain-of-Evidence (eval/lat.py)
-        from reward.lat import parse_coe
+    from eval.interfaces import get_interface
 
-        return parse_coe(text).answer
-    if interface == "coordinate":
-        from eval.coordinate import parse_coordinate_response
-
-        return parse_coordinate_response(text).answer
-    from reward.response import parse_response
-
-    return parse_response(text).answer
+    return get_interface(interface).answer(text)
 
 
 def run_inference(
@@ -289,6 +286,42 @@ def run_inference(
                 counts["generated"] += 1
                 bar.update(1)
     return counts
+
+
+def shard_file(out: Path, shard: Shard) -> Path:
+    """The predictions file of one shard: ``predictions.jsonl`` -> ``predictions.shard-2-of-4.jsonl``."""
+    return out.with_name(f"{out.stem}.shard-{shard.index}-of-{shard.count}{out.suffix}")
+
+
+def merge_shards(gold_path: Path, out: Path, count: int, limit: int | None = None) -> int:
+    """Join the ``count`` shard files of ``out`` (:func:`shard_file`) into ``out`` (atomic), in the order one
+    unsharded run writes (by document, gold order within one). InputError naming the file when a shard file is
+    missing, holds a question of another shard or one twice, or lacks questions of its shard. Returns the lines."""
+    from data_prep.io import atomic_write_text
+
+    golds = read_gold(gold_path)[:limit]
+    want = {g.key for g in golds}
+    lines: dict[str, str] = {}
+    for i in range(1, count + 1):
+        shard = Shard(i, count)
+        part = shard_file(out, shard)
+        if not part.is_file():
+            raise InputError(f"{part}: shard {shard} has no predictions file (its inference task did not run)")
+        repair_jsonl_tail(part)
+        for lineno, d in iter_jsonl(part):
+            key = str(d.get("index"))
+            if key not in want or not shard.holds(key):
+                raise InputError(f"{part}:{lineno}: index {key!r} is not a gold question of shard {shard}")
+            if key in lines:
+                raise InputError(f"{part}:{lineno}: index {key!r} answered twice")
+            lines[key] = json.dumps(d, ensure_ascii=False)
+        missing = [g.key for g in golds if shard.holds(g.key) and g.key not in lines]
+        if missing:
+            shown = ", ".join(missing[:20]) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+            raise InputError(f"{part}: {len(missing)} question(s) of shard {shard} unanswered: {shown}")
+    order = sorted(golds, key=lambda g: g.doc_key)  # run_inference's order
+    atomic_write_text(out, "".join(lines[g.key] + "\n" for g in order))
+    return len(order)
 
 
 # ---------------------------------------------------------------------------------------------- vLLM
@@ -383,7 +416,9 @@ def pdf_locator(pdf_dir: Path | None, cache_dir: Path | None, parser: str | None
 def make_template(args: argparse.Namespace):
     """The prompt of ``eval infer`` (module docstring): CiteVQA's for the coordinate interface unless
     ``--coordinate-prompt ours``, else our template with ``--prompt-role``."""
-    if args.interface == "coordinate" and args.coordinate_prompt == "citevqa":
+    from eval.interfaces import get_interface
+
+    if get_interface(args.interface).cites_by == "boxes" and args.coordinate_prompt == "citevqa":
         from eval.citevqa import CiteVQAInferPrompt
 
         return CiteVQAInferPrompt(args.citevqa_dir)
@@ -394,7 +429,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="base model folder or name (vLLM)")
     parser.add_argument("--lora", default=None, help="LoRA adapter folder (e.g. global_step_144/actor/lora_adapter)")
     parser.add_argument("--gold", type=Path, required=True, help="gold JSONL")
-    parser.add_argument("--interface", required=True, choices=["language", "coordinate", "lat", "attention"])
+    from eval.interfaces import INTERFACES
+
+    parser.add_argument(
+        "--interface", required=True, choices=INTERFACES.names(),
+        help="; ".join(f"{e['name']}: {e['summary']}" for e in INTERFACES.describe()),
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="predictions JSONL (appended; resumable)")
     parser.add_argument("--pdf-dir", type=Path, default=None, help="folder of <doc_key>.pdf")
     parser.add_argument("--cache-dir", type=Path, default=None, help="or: block cache whose manifests name the PDFs")
@@ -432,6 +472,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions of the gold file")
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        default=None,
+        help="job-array task: only the questions of shard I of N (1-based, by a hash of the gold index)",
+    )
     from eval.attention import add_arguments as attention_arguments
 
     attention_arguments(parser)  # --interface attention (MultAttnAttrib, eval/attention.py)
@@ -441,12 +487,20 @@ def run(args: argparse.Namespace) -> int:
     from data_prep.io import refuse_output_over_inputs
 
     refuse_output_over_inputs(args.out, [args.gold])  # predictions are appended: never to the gold file
-    if args.interface == "attention":  # attribution read off the prefill attention (eval/attention.py), no vLLM
+    from eval.interfaces import INTERFACES
+
+    shard = Shard.parse(args.shard) if args.shard is not None else None
+    reads_attention = INTERFACES.needs(args.interface, "attention")  # no vLLM: MultAttnAttrib (eval/attention.py)
+    if shard is not None and reads_attention:
+        raise InputError(f"--shard is not supported with --interface {args.interface}")
+    if reads_attention:
         from eval.attention import run_cli
 
         return run_cli(args)
     t0 = time.perf_counter()
     golds = read_gold(args.gold)[: args.limit]
+    if shard is not None:
+        golds = shard.select(golds, key=lambda g: g.key)
     template = make_template(args)  # fail before loading a model
     chat_kwargs = chat_template_kwargs_from(args.chat_template_kwargs, args.thinking)
     cfg = InferConfig(total_pixels=args.total_pixels, batch_size=args.batch_size, page_labels=args.page_labels)
@@ -471,7 +525,8 @@ def run(args: argparse.Namespace) -> int:
             "chat_template_kwargs": chat_kwargs, "prompt": template.describe()}  # fmt: skip
     counts = run_inference(golds, gen, args.out, args.interface, locate, cfg, template, meta)
     print(
-        f"{counts['generated']} generated, {counts['skipped']} already done, {counts['total']} questions -> {args.out} "
+        f"{counts['generated']} generated, {counts['skipped']} already done, {counts['total']} questions"
+        f"{f' of shard {shard}' if shard else ''} -> {args.out} "
         f"({time.perf_counter() - t0:.0f} s)"
     )
     return 0

@@ -289,14 +289,14 @@ class Metric:
         return float(np.mean(vals)) if vals else None
 
 
-METRICS: Registry[Metric] = Registry("metric")
+METRICS: Registry[Metric] = Registry("metric", needs=("judge",))
 METRIC_ORDER: list[str] = []
 
 
 def _metric(name: str, aggregation: str, higher_is_better: bool, needs_judge: bool = False):
     def deco(fn: Callable[[QuestionResult], float | None]) -> Callable[[QuestionResult], float | None]:
         m = Metric(name, fn, aggregation, higher_is_better, needs_judge)
-        METRICS.register(name)(lambda: m)
+        METRICS.register(name, summary=aggregation, needs=("judge",) if needs_judge else ())(lambda: m)
         METRIC_ORDER.append(name)
         return fn
 

@@ -1,4 +1,4 @@
-"""MultAttrEval's attribution metric (``../shared/papers/multattnattrib-paper.txt``, Appendix 11) as an ``eval score``
+"""MultAttrEval's attribution metric (the MultAttnAttrib / MultAttrEval paper, Appendix 11) as an ``eval score``
 metric: macro precision, recall and F1 of text-span and image citations.
 
 Per question, the gold citations ``G`` are text spans and images, the predicted ones ``C`` likewise:
@@ -142,6 +142,7 @@ def _figure_block(cached, page: int, bbox) -> int | None:
 def multattreval(golds, preds, docs, length_unit: str = "words") -> dict:
     """The metric over aligned gold/prediction lists (``preds[i]`` None = missing: P = R = 0) with the cache
     ``docs`` (:class:`~eval.cmd_resolve.DocCache`) for text layers and figure blocks (module docstring)."""
+    from eval.interfaces import get_interface
     from reward.response import parse_response
 
     items: list[ItemScore] = []
@@ -165,14 +166,15 @@ def multattreval(golds, preds, docs, length_unit: str = "words") -> dict:
                 items.append(score_item([], gold_spans, [], gold_images, length_unit))
                 continue
             pred_spans: list[str] = []
-            if p.interface == "language":
+            quotes = get_interface(p.interface).cites_by == "quotes"  # the language interface: its quotes are spans
+            if quotes:
                 pred_spans = list(parse_response(p.response).quotes)
             pred_images = []
             for c in p.citations:
                 fig = _figure_block(cached, c.page, c.bbox) if 1 <= c.page <= cached.n_pages else None
                 if fig is not None:
                     pred_images.append(fig)
-                elif p.interface != "language" and 1 <= c.page <= cached.n_pages:
+                elif not quotes and 1 <= c.page <= cached.n_pages:
                     pred_spans.append(doc.text_in_bbox(c.page, tuple(c.bbox)))
             items.append(score_item(pred_spans, gold_spans, pred_images, gold_images, length_unit))
     finally:

@@ -38,14 +38,10 @@ from data_prep.io import (  # noqa: F401
 )
 from data_prep.types import InputError
 from eval.boxes import Box, normalize_box
+from eval.interfaces import INTERFACES  # how a model expressed its evidence (the registry)
 
 ELEMENT_TYPES: tuple[str, ...] = ("text", "table", "figure")
 """Evidence element types of ``gt_types`` (text includes titles and lists; table its captions and notes)."""
-
-INTERFACES: tuple[str, ...] = ("language", "coordinate", "lat", "attention")
-"""How a model expressed its evidence: verbatim quotes resolved by retrieval, boxes it wrote itself, LAT's
-Chain-of-Evidence (boxes per reasoning step and for the answer, :mod:`eval.lat`), or blocks read off its prefill
-attention (MultAttnAttrib, :mod:`eval.attention`)."""
 
 
 @dataclass(frozen=True)
@@ -241,7 +237,7 @@ def prediction_from_json(d: dict, where: str = "prediction") -> Prediction:
     _require(d, ("index",), where, "prediction")
     interface = d.get("interface", "language")
     if interface not in INTERFACES:
-        raise InputError(f"{where}: interface must be one of {INTERFACES}, got {interface!r}")
+        raise InputError(f"{where}: interface must be one of {tuple(INTERFACES.names())}, got {interface!r}")
     cits = d.get("citations", [])
     if cits is None:
         cits = []

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #SBATCH --job-name=quotecite-grpo-8b
 #SBATCH --nodes=1
-#SBATCH --ntasks=1
+#SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=3
 #SBATCH --cpus-per-task=32
 #SBATCH --time=08:00:00
@@ -10,10 +10,13 @@
 #SBATCH --requeue
 #SBATCH --output=%x-%j.out
 # --- help ---
-# GRPO training of Qwen3-VL-8B with the quote-and-retrieve reward, as a chain of Slurm jobs on 3 GPUs each.
+# GRPO training of Qwen3-VL-8B with the quote-and-retrieve reward, as a chain of Slurm jobs on 3 GPUs each
+# (one node), or on several nodes (below).
 #
 #   sbatch launch/grpo_8b.sh [key=value ...]      # from the repository root; extra args are EasyR1 overrides
+#   sbatch --nodes=3 --gpus-per-node=1 launch/grpo_8b.sh   # several nodes: any allocation with enough GPUs
 #   bash launch/grpo_8b.sh --dry-run [key=value ...]   # print every command and the GPU split; runs nothing
+#   SLURM_JOB_NUM_NODES=3 SLURM_JOB_NODELIST='gpu[01-03]' SLURM_GPUS_ON_NODE=1 bash launch/grpo_8b.sh --dry-run
 #
 # One job: GPU 2 (the third GPU Slurm gives the job) serves the judge (vllm serve Qwen/Qwen3.5-9B) and then the
 # quote embedder (vllm serve Qwen/Qwen3-VL-Embedding-2B, pooling runner), each with its share of the GPU's memory;
@@ -74,6 +77,30 @@
 #   QUOTECITE_MAX_SERVER_RESTARTS  restarts per job of a judge or embedder process that dies while the trainer runs
 #                            (default 5; the reward waits meanwhile); beyond it the job stops (server_failed).
 #                            manifest.json counts every restart ("restarts": judge, embed, trainer)
+#
+# Several nodes: launch/layout.py splits the allocation, read from SLURM_JOB_NUM_NODES, SLURM_JOB_NODELIST (node names;
+# the batch script runs on the first), SLURM_GPUS_ON_NODE (else SLURM_GPUS_PER_NODE; QUOTECITE_NODE_GPUS="8(x2),4"
+# for uneven nodes) and CUDA_VISIBLE_DEVICES (the device ids of the batch node's GPUs). The servers take the last
+# QUOTECITE_SERVE_GPUS GPUs of the allocation (default 1: the last GPU of the last node): judge replica i on the i-th,
+# the embedder on the last; QUOTECITE_JUDGE_REPLICAS (default 1, at most QUOTECITE_SERVE_GPUS) judge servers, whose
+# URLs QUOTECITE_JUDGE_URL lists comma-separated (the reward sends each request to the least busy replica and skips
+# one that stops answering). The trainer takes QUOTECITE_TRAIN_GPUS_PER_NODE GPUs (default: 2 on one node; on several,
+# every GPU the first node keeps) on each node that has that many left; a serving node with fewer left does not
+# train (the plan lists its idle GPUs). With several trainer nodes the job starts a Ray cluster: the head on the
+# first node (`ray start --head --block`), a worker on each other trainer node (`srun --nodes=1 --ntasks=1 -w NODE
+# --overlap ... ray start --address HEAD:PORT --block`), waits until Ray sees every trainer node
+# (QUOTECITE_RAY_TIMEOUT, default 300 s), and runs EasyR1 with RAY_ADDRESS=HEAD:PORT, trainer.nnodes and
+# trainer.n_gpus_per_node. A Ray node whose step exits stops the trainer; the segment ends as crashed, naming the node
+# and its log. One trainer node: no Ray cluster (EasyR1 starts its own, as on one node). Servers on another node run
+# as srun steps there and listen on, and are reached by, their node's name. Programs started on another node run
+# through `python launch/layout.py run --gpus POSITIONS` (that node's GPUs; what they leave behind is killed), so the
+# repository and QUOTECITE_PYTHON must be on a shared file system.
+#   QUOTECITE_SERVE_GPUS (1), QUOTECITE_JUDGE_REPLICAS (1), QUOTECITE_TRAIN_GPUS_PER_NODE, QUOTECITE_NODE_GPUS: above
+#   QUOTECITE_RAY_CMD        the `ray` program (default: next to the trainer's python; QUOTECITE_ENV_SETUP=0: ray)
+#   QUOTECITE_RAY_PORT       the head's GCS port (default 6379, or a free one); QUOTECITE_RAY_TMPDIR: Ray's --temp-dir
+#   QUOTECITE_RAY_TIMEOUT    seconds for every trainer node to join the Ray cluster (default 300)
+#   RAY_AUTH_MODE            passed to every Ray command and the trainer (default disabled, as the trainer always ran;
+#                            token: put the token where every node finds it, e.g. ~/.ray/auth_token on a shared home)
 # --- end help ---
 set -uo pipefail
 
@@ -113,7 +140,6 @@ QC_MAX_STALLED=${QUOTECITE_MAX_STALLED_JOBS:-3}
 QC_STOP_MODE=${QUOTECITE_TRAINER_STOP:-checkpoint}
 QC_STOP_GRACE=${QUOTECITE_STOP_GRACE:-3000}
 QC_POLL=${QUOTECITE_POLL_SECONDS:-5}
-QC_N_TRAIN_GPUS=2
 [[ $QC_STOP_MODE == checkpoint || $QC_STOP_MODE == signal ]] ||
   qc_die "QUOTECITE_TRAINER_STOP must be 'checkpoint' or 'signal', not '$QC_STOP_MODE'"
 
@@ -127,6 +153,16 @@ else
   QC_VLLM_SERVER_VERSION=unknown
 fi
 qc_pick_python "${QC_TRAINER_PY:-}"
+# The split of the allocation (launch/layout.py): trainer nodes and GPUs, serving GPUs, whether Ray is needed.
+QC_LAYOUT=$("$QC_PY" "$QC_REPO/launch/layout.py" plan) || exit 1
+eval "$QC_LAYOUT"
+if [[ -n ${QUOTECITE_RAY_CMD:-} ]]; then
+  read -r -a QC_RAY_CMD <<<"$QUOTECITE_RAY_CMD"
+elif [[ ${QUOTECITE_ENV_SETUP:-1} == 1 ]]; then
+  QC_RAY_CMD=("$(dirname "$QC_TRAINER_PY")/ray")
+else
+  QC_RAY_CMD=(ray)
+fi
 # The reward's pre-flight check runs where the reward will: the trainer's python (QC_DEFAULT_TRAINER's).
 QC_CHECK_PY=${QUOTECITE_CHECK_PYTHON:-${QC_TRAINER_PY:-$QC_PY}}
 [[ ${QUOTECITE_ENV_SETUP:-1} == 1 ]] || QC_CHECK_PY=${QUOTECITE_CHECK_PYTHON:-$QC_PY}
@@ -158,7 +194,7 @@ eval "$QC_PLAN"
 
 QC_OVERRIDES=(
   "config=$QC_RECIPE"
-  "trainer.nnodes=1"
+  "trainer.nnodes=$QC_NNODES"
   "trainer.n_gpus_per_node=$QC_N_TRAIN_GPUS"
   "trainer.save_checkpoint_path=$QC_RUN_DIR/checkpoints"
   "trainer.find_last_checkpoint=true"
@@ -173,8 +209,112 @@ for QC_O in "$QC_FORMAT_PROMPT_OVERRIDE" "$QC_REWARD_FN_OVERRIDE" "$QC_BATCH_GRO
 done
 
 # ------------------------------------------------------------------------------------------------ GPUs, ports
-qc_gpu_split "$QC_N_TRAIN_GPUS" 1 || exit 1
 qc_servers_plan
+QC_RAY_ADDRESS=""
+if [[ $QC_RAY == 1 ]]; then
+  QC_RAY_PORT=$(qc_free_port "${QUOTECITE_RAY_PORT:-6379}")
+  QC_RAY_ADDRESS=${QC_TRAIN_ADDRS[0]}:$QC_RAY_PORT
+  # Ray >= 2.5x turns token authentication on by itself for a cluster it cannot tell is local; the trainer has always
+  # run with RAY_AUTH_MODE=disabled (see qc_trainer_env). Every Ray command here (srun passes the environment on)
+  # uses the same mode: set RAY_AUTH_MODE=token, with the token where every node finds it, to have one.
+  export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+fi
+
+# qc_ray_start LOGDIR: the Ray head on this (the first) node, then, once its port answers, a worker on each other
+# trainer node as an srun step (QC_PID_ray_0 = the head, QC_PID_ray_<i> = the step of node i); logs LOGDIR/ray-NODE.log.
+qc_ray_start() {
+  local logdir=$1 i node tmp=()
+  QC_RAY_LOGDIR=$logdir
+  [[ -n ${QUOTECITE_RAY_TMPDIR:-} ]] && tmp=(--temp-dir "$QUOTECITE_RAY_TMPDIR")
+  # Through launch/layout.py run like the workers: Ray drains for 30 s on SIGTERM; the wrapper cuts that to 5 s and
+  # kills what the head leaves behind.
+  qc_start ray_0 "$logdir/ray-${QC_TRAIN_NODES[0]}.log" "$QC_TRAINER_GPUS" -- "$QC_PY" "$QC_REPO/launch/layout.py" \
+    run --gpus "$QC_TRAIN_POSITIONS" --grace 5 -- "${QC_RAY_CMD[@]}" start --head --block \
+    --node-ip-address "${QC_TRAIN_ADDRS[0]}" --port "$QC_RAY_PORT" --num-gpus "$QC_N_TRAIN_GPUS" \
+    --include-dashboard=false --disable-usage-stats "${tmp[@]}"
+  qc_ray_head_ready || return 1
+  for ((i = 1; i < QC_NNODES; i++)); do
+    node=${QC_TRAIN_NODES[i]}
+    qc_on_node "ray_$i" "$logdir/ray-$node.log" "$node" "$QC_TRAIN_POSITIONS" "" -- \
+      "${QC_RAY_CMD[@]}" start --address "$QC_RAY_ADDRESS" --block --node-ip-address "${QC_TRAIN_ADDRS[i]}" \
+      --num-gpus "$QC_N_TRAIN_GPUS" --disable-usage-stats
+  done
+}
+
+# qc_ray_head_ready: wait until the head answers `ray status` (a worker that joins earlier can be turned away).
+qc_ray_head_ready() {
+  [[ $QC_DRY_RUN == 1 ]] && { echo "+ wait until \`$(qc_quote "${QC_RAY_CMD[@]}" status --address "$QC_RAY_ADDRESS")\` answers"; return 0; }
+  local deadline=$((SECONDS + ${QUOTECITE_RAY_TIMEOUT:-300}))
+  until "${QC_RAY_CMD[@]}" status --address "$QC_RAY_ADDRESS" >/dev/null 2>&1; do
+    qc_check_ray || return 1
+    if ((SECONDS >= deadline)); then
+      QC_RAY_ERROR="the Ray head on ${QC_TRAIN_NODES[0]} did not answer at $QC_RAY_ADDRESS within ${QUOTECITE_RAY_TIMEOUT:-300}s; see its log $QC_RAY_LOGDIR/ray-${QC_TRAIN_NODES[0]}.log"
+      return 1
+    fi
+    sleep 1
+  done
+}
+
+# qc_check_ray: every Ray node's process (the head, the workers' srun steps) still runs; else QC_RAY_ERROR, return 1.
+qc_check_ray() {
+  local i pidv rc
+  [[ $QC_RAY == 1 && $QC_DRY_RUN == 0 ]] || return 0
+  for ((i = 0; i < QC_NNODES; i++)); do
+    pidv=QC_PID_ray_$i
+    [[ -n ${!pidv:-} && ${!pidv} != 0 ]] || continue
+    kill -0 "${!pidv}" 2>/dev/null && continue
+    wait "${!pidv}" 2>/dev/null
+    rc=$?
+    QC_RAY_ERROR="Ray $( ((i == 0)) && echo head || echo "worker (srun step)") on ${QC_TRAIN_NODES[i]} exited (code $rc); see its log ${QC_RAY_LOGDIR:-}/ray-${QC_TRAIN_NODES[i]}.log"
+    printf -v "$pidv" '%s' 0
+    return 1
+  done
+}
+
+# qc_ray_wait: wait until Ray sees every trainer node (`ray status`), while every Ray node's process lives.
+qc_ray_wait() {
+  if [[ $QC_DRY_RUN == 1 ]]; then
+    echo "+ wait until \`$(qc_quote "${QC_RAY_CMD[@]}" status --address "$QC_RAY_ADDRESS")\` lists $QC_NNODES active nodes (at most ${QUOTECITE_RAY_TIMEOUT:-300}s)"
+    return 0
+  fi
+  local deadline=$((SECONDS + ${QUOTECITE_RAY_TIMEOUT:-300})) seen=0
+  while :; do
+    qc_check_ray || return 1
+    seen=$("${QC_RAY_CMD[@]}" status --address "$QC_RAY_ADDRESS" 2>/dev/null |
+      awk '/^Active:/ {a = 1; next} /^[A-Z]/ {a = 0} a && /node_/ {n++} END {print n + 0}')
+    if ((seen >= QC_NNODES)); then
+      qc_log "Ray cluster at $QC_RAY_ADDRESS: $seen nodes (${QC_TRAIN_NODES[*]}), $QC_N_TRAIN_GPUS GPU(s) each"
+      return 0
+    fi
+    if ((SECONDS >= deadline)); then
+      QC_RAY_ERROR="Ray sees $seen of $QC_NNODES trainer nodes after ${QUOTECITE_RAY_TIMEOUT:-300}s; see the logs $QC_RAY_LOGDIR/ray-*.log"
+      return 1
+    fi
+    sleep 1
+  done
+}
+
+# qc_ray_stop [GRACE]: SIGTERM every Ray node at once (the head, the workers' srun steps: their launch/layout.py run
+# wrappers kill what Ray leaves within 5 s), wait at most GRACE seconds (default 20), then SIGKILL what is left.
+qc_ray_stop() {
+  local i pidv pids=() t
+  [[ $QC_RAY == 1 && $QC_DRY_RUN == 0 ]] || return 0
+  for ((i = 0; i < QC_NNODES; i++)); do
+    pidv=QC_PID_ray_$i
+    [[ -n ${!pidv:-} && ${!pidv} != 0 ]] && pids+=("${!pidv}")
+    printf -v "$pidv" '%s' 0
+  done
+  ((${#pids[@]})) || return 0
+  qc_log "stopping the Ray cluster (${QC_TRAIN_NODES[*]})"
+  for i in "${pids[@]}"; do kill -TERM -- "-$i" 2>/dev/null || kill -TERM "$i" 2>/dev/null; done
+  for ((t = 0; t < ${1:-20} * 2; t++)); do
+    for i in "${pids[@]}"; do kill -0 "$i" 2>/dev/null && break; done
+    kill -0 "$i" 2>/dev/null || break
+    sleep 0.5
+  done
+  for i in "${pids[@]}"; do kill -KILL -- "-$i" 2>/dev/null; done
+  return 0
+}
 
 # The trainer's environment: the servers' URLs for the reward, the run's folders, the repository on the path
 # (the reward plugin imports reward/, data_prep/ from Ray workers).
@@ -192,6 +332,8 @@ qc_trainer_env() {
     "WANDB_MODE=${WANDB_MODE:-offline}"
     "WANDB_DIR=$QC_RUN_DIR"
   )
+  # Several trainer nodes: EasyR1's ray.init() joins the job's cluster instead of starting its own.
+  [[ -n $QC_RAY_ADDRESS ]] && QC_TRAINER_ENV+=("RAY_ADDRESS=$QC_RAY_ADDRESS")
 }
 
 # qc_preflight LOGDIR: the reward's check (python -m reward check) of the data, the cache and the live servers, run as
@@ -226,6 +368,33 @@ qc_preflight() {
   return 1
 }
 
+# qc_plan_lines: the split, as the dry run (and the job's first log lines) show it.
+qc_plan_lines() {
+  local name nodev posv
+  if [[ $QC_MULTI_NODE == 0 ]]; then
+    echo "# GPU split       trainer CUDA_VISIBLE_DEVICES=$QC_TRAINER_GPUS (trainer.n_gpus_per_node=$QC_N_TRAIN_GPUS); judge + embedder CUDA_VISIBLE_DEVICES=$QC_SERVER_GPUS"
+    ((QC_JUDGE_REPLICAS > 1)) && echo "# judge replicas  $QC_JUDGE_REPLICAS"
+    [[ -n $QC_IDLE ]] && echo "# idle GPUs       $QC_IDLE"
+    return 0
+  fi
+  echo "# nodes           ${#QC_LAYOUT_NODES[@]}: ${QC_LAYOUT_NODES[*]} (GPUs per node: ${QC_LAYOUT_GPUS[*]}; $QC_LAYOUT_SOURCE)"
+  echo "# trainer         $QC_NNODES node(s) x $QC_N_TRAIN_GPUS GPU(s): ${QC_TRAIN_NODES[*]}, GPU(s) $QC_TRAIN_POSITIONS on each (trainer.nnodes=$QC_NNODES trainer.n_gpus_per_node=$QC_N_TRAIN_GPUS)"
+  if [[ $QC_RAY == 1 ]]; then
+    echo "# Ray cluster     head on ${QC_TRAIN_NODES[0]} at $QC_RAY_ADDRESS, workers on ${QC_TRAIN_NODES[*]:1}; the trainer runs with RAY_ADDRESS=$QC_RAY_ADDRESS"
+  else
+    echo "# Ray cluster     none (one trainer node: EasyR1 starts its own)"
+  fi
+  local where=()
+  for name in "${QC_SERVERS[@]}"; do
+    nodev=QC_SRV_NODE_$name posv=QC_SRV_POS_$name
+    where+=("$name on ${!nodev} GPU ${!posv} (port $(qc_srv_port "$name"))")
+  done
+  echo "# serving         $(IFS=';'; echo "${where[*]}" | sed 's/;/; /g')"
+  [[ -n $QC_IDLE ]] && echo "# idle GPUs       $QC_IDLE (QUOTECITE_TRAIN_GPUS_PER_NODE, QUOTECITE_SERVE_GPUS, QUOTECITE_JUDGE_REPLICAS use them)"
+  return 0
+}
+qc_srv_port() { local v=QC_SRV_PORT_$1; echo "${!v}"; }
+
 # ------------------------------------------------------------------------------------------------ dry run
 if [[ $QC_DRY_RUN == 1 ]]; then
   qc_trainer_env "$QC_RUN_DIR/segments/JOBID-N" "JOBID-N"
@@ -235,7 +404,7 @@ if [[ $QC_DRY_RUN == 1 ]]; then
 # run folder      $QC_RUN_DIR
 # recipe          $QC_RECIPE
 # max_steps       $QC_MAX_STEPS ${QC_MAX_STEPS_FROM:+($QC_MAX_STEPS_FROM)}
-# GPU split       trainer CUDA_VISIBLE_DEVICES=$QC_TRAINER_GPUS (trainer.n_gpus_per_node=$QC_N_TRAIN_GPUS); judge + embedder CUDA_VISIBLE_DEVICES=$QC_SERVER_GPUS
+$(qc_plan_lines)
 # judge           $QC_JUDGE_MODEL at $QC_JUDGE_URL
 # embedder        $QC_EMBED_MODEL at $QC_EMBED_URL
 # stop on USR1    $QC_STOP_MODE (grace ${QC_STOP_GRACE}s); chain: stop after $QC_MAX_STALLED jobs without progress
@@ -243,16 +412,30 @@ if [[ $QC_DRY_RUN == 1 ]]; then
 EOF
   qc_run "$QC_PY" -m launch.runlog prepare --run-dir "$QC_RUN_DIR" --job-id JOBID --max-steps "$QC_MAX_STEPS" \
     --max-stalled "$QC_MAX_STALLED" --repo "$QC_REPO" --recipe "$QC_RECIPE"
-  echo "# 2. servers on GPU $QC_SERVER_GPUS, one after the other (vLLM sizes its memory from what is free)"
-  qc_serve judge "$QC_RUN_DIR/segments/JOBID-N"
-  qc_serve embed "$QC_RUN_DIR/segments/JOBID-N"
+  if [[ $QC_RAY == 1 ]]; then
+    echo "# Ray cluster: head here (${QC_TRAIN_NODES[0]}), a worker on each other trainer node (srun steps, watched)"
+    qc_ray_start "$QC_RUN_DIR/segments/JOBID-N"
+  fi
+  if [[ $QC_MULTI_NODE == 0 ]]; then
+    echo "# 2. servers on GPU $QC_SERVER_GPUS, one after the other (vLLM sizes its memory from what is free)"
+  else
+    echo "# 2. servers on their nodes' GPUs, one after the other (vLLM sizes its memory from what is free)"
+  fi
+  for QC_WHICH in "${QC_SERVERS[@]}"; do
+    qc_serve "$QC_WHICH" "$QC_RUN_DIR/segments/JOBID-N"
+  done
+  [[ $QC_RAY == 1 ]] && qc_ray_wait
   if [[ ${QUOTECITE_PREFLIGHT:-1} == 0 ]]; then
     echo "# reward check skipped (QUOTECITE_PREFLIGHT=0)"
   else
     echo "# reward check (data, cache, one judge and one embedding request); a failure stops the job, no resubmission"
     qc_preflight "$QC_RUN_DIR/segments/JOBID-N"
   fi
-  echo "# 3. trainer on GPUs $QC_TRAINER_GPUS"
+  if [[ $QC_RAY == 1 ]]; then
+    echo "# 3. trainer (EasyR1's driver) here, on the Ray cluster: ${QC_TRAIN_NODES[*]}, GPUs $QC_TRAIN_POSITIONS each"
+  else
+    echo "# 3. trainer on GPUs $QC_TRAINER_GPUS"
+  fi
   qc_start trainer "$QC_RUN_DIR/segments/JOBID-N/trainer.log" "$QC_TRAINER_GPUS" -- \
     env "${QC_TRAINER_ENV[@]}" "${QC_TRAINER_CMD[@]}" "${QC_OVERRIDES[@]}"
   echo "# 4. on SIGUSR1: $([[ $QC_STOP_MODE == signal ]] && echo "forward SIGUSR1 to the trainer" || echo "stop the trainer once checkpoint_tracker.json advances and that step is logged") (at most ${QC_STOP_GRACE}s); on SIGTERM: stop everything, no resubmission"
@@ -271,6 +454,9 @@ fi
 # ------------------------------------------------------------------------------------------------ the job
 mkdir -p "$QC_RUN_DIR/logs"
 qc_log "job $QC_JOB_ID on $(hostname -s): run $QC_RUN_DIR, max_steps $QC_MAX_STEPS ($QC_MAX_STEPS_FROM)"
+if [[ $QC_MULTI_NODE == 1 ]]; then
+  while read -r QC_LINE; do qc_log "${QC_LINE#\# }"; done < <(qc_plan_lines)
+fi
 QC_STOP_REQUESTED=0
 QC_SEGMENT=""
 QC_PID_judge=0
@@ -294,6 +480,7 @@ qc_on_term() {
   qc_stop "$QC_PID_trainer" trainer 5
   qc_stop "${QC_PID_check:-0}" "reward check" 5
   qc_stop_servers 5
+  qc_ray_stop 8
   if [[ -n $QC_SEGMENT ]]; then
     qc_finish terminated 143 "SIGTERM from Slurm (cancel, requeue or wall time)"
     qc_log "$QC_MESSAGE"
@@ -302,6 +489,8 @@ qc_on_term() {
 }
 trap qc_on_term TERM INT
 trap 'QC_STOP_REQUESTED=1' USR1
+# However the job ends, no Ray process outlives it.
+trap 'qc_ray_stop 10' EXIT
 
 QC_MODELS=(--model "policy=$QC_POLICY_MODEL" --model "judge=$QC_JUDGE_MODEL" --model "embedder=$QC_EMBED_MODEL")
 # qc_prepare: repair the checkpoints, open a segment (QC_SEGMENT, QC_SEGMENT_DIR) or decide (QC_ACTION, QC_MESSAGE).
@@ -324,21 +513,22 @@ qc_count_restart() {
 # returns 1 with QC_HEALTH_ERROR when it cannot (out of restarts, or it does not come back).
 qc_check_servers() {
   local which pid rc label
-  for which in judge embed; do
+  for which in "${QC_SERVERS[@]}"; do
     pid=QC_PID_$which
     pid=${!pid}
     ((pid > 0)) && ! kill -0 "$pid" 2>/dev/null || continue
     wait "$pid" 2>/dev/null
     rc=$?
     kill -KILL -- "-$pid" 2>/dev/null # whatever it left behind in its process group (vLLM workers)
-    [[ $which == judge ]] && label=$QC_JUDGE_LABEL || label=$QC_EMBED_LABEL
+    label=QC_SRV_LABEL_$which
+    label=${!label}
     if ((QC_SERVER_RESTARTS >= QC_MAX_SERVER_RESTARTS)); then
       QC_HEALTH_ERROR="$label exited (code $rc) mid-job after $QC_SERVER_RESTARTS restarts in this job (QUOTECITE_MAX_SERVER_RESTARTS=$QC_MAX_SERVER_RESTARTS); see $QC_SEGMENT_DIR/$which.log"
       return 1
     fi
     QC_SERVER_RESTARTS=$((QC_SERVER_RESTARTS + 1))
     qc_log "$label exited (code $rc) mid-job; restarting it ($QC_SERVER_RESTARTS of at most $QC_MAX_SERVER_RESTARTS in this job)"
-    qc_count_restart "$which" "exited with code $rc"
+    qc_count_restart "${which%%[0-9]*}" "exited with code $rc"  # judge2, judge3, ...: counted as judge
     qc_serve "$which" "$QC_SEGMENT_DIR" || return 1
   done
   return 0
@@ -374,16 +564,35 @@ QC_MAX_SERVER_RESTARTS=${QUOTECITE_MAX_SERVER_RESTARTS:-5}
 QC_RESTARTS=0
 QC_SERVER_RESTARTS=0
 QC_STOP_HANDLED=0
+QC_RAY_UP=0
 while :; do
-  # Servers on the third GPU, one after the other: each vLLM sizes its KV cache from the memory it finds free.
-  for QC_WHICH in judge embed; do
+  # Several trainer nodes: the Ray cluster, once per job (it outlives a trainer restart); it joins while the servers load.
+  if [[ $QC_RAY == 1 && $QC_RAY_UP == 0 ]]; then
+    QC_RAY_UP=1
+    if ! qc_ray_start "$QC_SEGMENT_DIR"; then
+      trap '' TERM INT USR1
+      qc_ray_stop
+      qc_finish crashed "" "$QC_RAY_ERROR"
+      qc_die "$QC_RAY_ERROR" "$QC_SEGMENT_DIR/ray-${QC_TRAIN_NODES[0]}.log"
+    fi
+  fi
+  # Servers on the serving GPU(s), one after the other: each vLLM sizes its KV cache from the memory it finds free.
+  for QC_WHICH in "${QC_SERVERS[@]}"; do
     if ! qc_serve "$QC_WHICH" "$QC_SEGMENT_DIR"; then
       trap '' TERM INT USR1
       qc_stop_servers
+      qc_ray_stop
       qc_finish server_failed "" "$QC_HEALTH_ERROR"
       qc_die "$QC_HEALTH_ERROR. The chain stops here (no job submitted)." "$QC_SEGMENT_DIR/$QC_WHICH.log"
     fi
   done
+  if [[ $QC_RAY == 1 ]] && ! qc_ray_wait; then
+    trap '' TERM INT USR1
+    qc_stop_servers
+    qc_ray_stop
+    qc_finish crashed "" "$QC_RAY_ERROR"
+    qc_die "$QC_RAY_ERROR"
+  fi
 
   # The reward's check against the live servers; a failure is misconfiguration: stop here, like a server that never
   # became healthy (no resubmission; the segment records the check's message).
@@ -393,6 +602,7 @@ while :; do
   elif ((QC_RESTARTS == 0)) && [[ $QC_STOP_REQUESTED == 0 ]] && ! qc_preflight "$QC_SEGMENT_DIR"; then
     trap '' TERM INT USR1
     qc_stop_servers
+    qc_ray_stop
     qc_finish check_failed "" "$QC_CHECK_ERROR"
     qc_die "$QC_CHECK_ERROR. The chain stops here (no job submitted)." "$QC_SEGMENT_DIR/check.log"
   fi
@@ -421,6 +631,15 @@ while :; do
       QC_TRAINER_RC=$?
       QC_STATUS=server_failed
       QC_END_MESSAGE=$QC_HEALTH_ERROR
+      break
+    fi
+    if ! qc_check_ray; then
+      qc_log "error: $QC_RAY_ERROR; stopping the trainer"
+      qc_stop "$QC_PID_trainer" trainer 30
+      wait "$QC_PID_trainer" 2>/dev/null
+      QC_TRAINER_RC=$?
+      QC_STATUS=crashed
+      QC_END_MESSAGE=$QC_RAY_ERROR
       break
     fi
     if [[ $QC_STOP_REQUESTED == 1 && $QC_STOP_HANDLED == 0 ]]; then
@@ -460,6 +679,7 @@ while :; do
       QC_STATUS=finished
     else
       QC_STATUS=crashed
+      qc_check_ray || QC_END_MESSAGE=$QC_RAY_ERROR
     fi
     qc_log "trainer ended (exit $QC_TRAINER_RC, $QC_STATUS)"
   fi
@@ -488,6 +708,7 @@ while :; do
   break
 done
 trap '' USR1
+qc_ray_stop
 qc_finish "$QC_STATUS" "$QC_TRAINER_RC" "$QC_END_MESSAGE"
 [[ -n $QC_MISSING_STEPS ]] && qc_log "warning: no metrics for steps $QC_MISSING_STEPS (see run_summary.json)"
 qc_log "run log: $QC_LOGGED_STEPS steps; last complete checkpoint: step $QC_END_STEP of $QC_MAX_STEPS"

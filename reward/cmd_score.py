@@ -10,6 +10,14 @@ The output file is written atomically and replaces an earlier output of that nam
 file (however spelled) is refused. A run whose judge produced no score at all (every request refused, timed out,
 failed with 5xx/429, or answered with no valid score) writes nothing and exits 2 with one line saying why: every
 reward would be 0 or a group mean of nothing. (The training plugin keeps its own outage policy.)
+
+``--reward-form lat`` scores with LAT's rule-based Chain-of-Evidence reward (:mod:`reward.lat`, as the plugin does
+for ``reward_form: lat``): no judge is called, the step similarities come from the cache's encoder (``--encoder``,
+``--embed-url``), ``--lat KEY=VALUE`` overrides a constant of :class:`reward.lat.LatSettings`, and each output line
+is the LAT breakdown plus ``citations``: every box of the chain that lands on a page (``[{page, bbox, role, text}]``,
+``role`` ``step`` or ``answer``). ``--recipe`` takes the reward settings of an EasyR1 recipe
+(``worker.reward.reward_function_kwargs``, e.g. ``recipes/qwen3vl_8b_lat.yaml``); the options given on the command
+line override it.
 """
 
 from __future__ import annotations
@@ -20,11 +28,24 @@ from pathlib import Path
 
 from data_prep.io import atomic_write_text, finite_float, int_in_range, read_jsonl, refuse_output_over_inputs
 from data_prep.types import InputError
+from reward.config import RewardConfig
+from reward.judge import CLI_OUTAGE_S, JUDGES
 from reward.replicas import UrlListAction
+from reward.resolve import RESOLVERS
 from reward.response import DEFAULT_MAX_QUOTES
+from reward.scoring import REWARD_FORMS, is_judged
 
 MAX_QUOTES_OPTION = 1000
 """Upper bound of ``--max-quotes`` (a response with more quotes than this is not a citation answer)."""
+
+_DEFAULTS = RewardConfig.__dataclass_fields__
+OPTION_DEFAULTS: dict[str, object] = {
+    **{k: _DEFAULTS[k].default for k in ("reward_form", "judge", "resolver", "concurrency", "timeout_s", "retries")},
+    "judge_outage_s": CLI_OUTAGE_S,
+    "max_quotes": DEFAULT_MAX_QUOTES,
+}
+"""Settings of a run that neither the options nor the recipe give (``judge_outage_s``: 30 s, not the plugin's 600,
+so that a re-scoring stops soon when the judge is down)."""
 
 BATCH = 160
 """Lines per scoring batch (never splitting a run of one qid): one GRPO step's worth (32 x 5)."""
@@ -36,29 +57,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output JSONL (written atomically)")
     parser.add_argument("--encoder", default=None, help="quote encoder (default: each cache's own)")
     parser.add_argument("--embed-url", default=None, help="embedding server for HTTP encoders")
-    parser.add_argument("--judge", choices=("http", "lexical"), default="http", help="judge (default: http)")
+    parser.add_argument(
+        "--judge", choices=JUDGES.names(), default=None, help=f"judge (default: {OPTION_DEFAULTS['judge']})"
+    )
     parser.add_argument("--judge-url", default=None, action=UrlListAction,
                         help="OpenAI-compatible base URL (env QUOTECITE_JUDGE_URL); several (repeated or "
                         "comma-separated) are replicas")  # fmt: skip
     parser.add_argument("--judge-model", default=None, help="served judge model (env QUOTECITE_JUDGE_MODEL)")
-    parser.add_argument("--resolver", default="embedding", help="embedding | fused | bm25 | bm25_lucene | lexical")
     parser.add_argument(
-        "--reward-form", default="gated", help="gated | hard_gate | precision | additive | answer_only"
-    )
+        "--resolver", default=None, choices=RESOLVERS.names(),
+        help=f"quote -> block resolver (default: the recipe's, else {OPTION_DEFAULTS['resolver']})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--reward-form", default=None, choices=REWARD_FORMS.names(),
+        help=f"reward formula (default: the recipe's, else {OPTION_DEFAULTS['reward_form']})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--recipe", type=Path, default=None,
+        help="EasyR1 recipe whose worker.reward.reward_function_kwargs are the settings (the options given override)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lat", action="append", default=[], metavar="KEY=VALUE",
+        help="reward_form lat: override a LAT constant (tau, overlap_iou, epsilon, ground_iou, min_steps, crop_dpi, "
+        "max_steps); repeatable",
+    )  # fmt: skip
     parser.add_argument(
         "--abstain-threshold", type=finite_float, default=None, help="drop citations below this similarity"
     )
-    parser.add_argument("--concurrency", type=int_in_range(1, 4096), default=32, help="judge requests in flight")
-    parser.add_argument("--timeout", type=finite_float, default=120.0, help="judge request deadline, seconds")
-    parser.add_argument("--retries", type=int_in_range(0, 100), default=3, help="judge retries after timeouts/5xx")
     parser.add_argument(
-        "--judge-outage-s", type=finite_float, default=30.0,
-        help="seconds to wait out a judge/embedder outage (probing /health) before stopping with an error (0: none)",
+        "--concurrency",
+        type=int_in_range(1, 4096),
+        default=None,
+        help=f"judge requests in flight (default: {OPTION_DEFAULTS['concurrency']})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=finite_float,
+        default=None,
+        help=f"judge request deadline, seconds (default: {OPTION_DEFAULTS['timeout_s']:g})",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int_in_range(0, 100),
+        default=None,
+        help=f"judge retries after timeouts/5xx (default: {OPTION_DEFAULTS['retries']})",
+    )
+    parser.add_argument(
+        "--judge-outage-s", type=finite_float, default=None,
+        help="seconds to wait out a judge/embedder outage (probing /health) before stopping with an error (0: none; "
+        "default: 30)",
     )  # fmt: skip
     parser.add_argument(
         "--max-quotes",
         type=int_in_range(1, MAX_QUOTES_OPTION),
-        default=DEFAULT_MAX_QUOTES,
+        default=None,
         help=f"safety bound on the quotes kept per response, logged when hit (default {DEFAULT_MAX_QUOTES})",
     )
 
@@ -102,35 +154,75 @@ def group_order(qids: list[str]) -> list[int]:
     return sorted(range(len(qids)), key=lambda i: (first[qids[i]], i))
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from tqdm import tqdm
+def parse_lat_overrides(items: list[str]) -> dict:
+    """``--lat KEY=VALUE`` options as a mapping (values checked by :class:`reward.lat.LatSettings`).
 
-    from reward.config import RewardConfig
-    from reward.groundtruth import unpack_ground_truth
-    from reward.pipeline import RewardScorer
+    >>> parse_lat_overrides(["tau=0.5", "min_steps=3"])
+    {'tau': '0.5', 'min_steps': '3'}
+    """
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise InputError(f"--lat {item!r}: expected KEY=VALUE, e.g. tau=0.3")
+        out[key.strip()] = value.strip()
+    return out
 
-    settings = {
+
+def recipe_reward_settings(path: Path) -> dict:
+    """The reward settings of an EasyR1 recipe (its ``worker.reward.reward_function_kwargs``, ``${oc.env:..}``
+    resolved; a variable that is not set leaves its setting out). :class:`InputError` when the recipe does not use
+    this project's reward plugin."""
+    from reward.preflight import _Unset, read_recipe
+
+    recipe = read_recipe(path)
+    if not recipe.uses_quote_reward:
+        raise InputError(
+            f"recipe {path}: worker.reward.reward_function is {recipe.reward_function!r}, not reward/quote_reward.py"
+        )
+    return {k: v for k, v in recipe.reward_kwargs.items() if not isinstance(v, _Unset)}
+
+
+def settings_of(args: argparse.Namespace) -> dict:
+    """The reward settings of a run: the recipe's (``--recipe``) under the options; an option left at its default
+    does not replace a recipe's value."""
+    given = {
         "cache_dir": str(args.cache_dir),
         "encoder": args.encoder,
+        "reward_form": args.reward_form,
+        "embed_url": args.embed_url,
+        "judge_url": args.judge_url,
+        "judge_model": args.judge_model,
+        "abstain_threshold": args.abstain_threshold,
         "judge": args.judge,
         "resolver": args.resolver,
-        "reward_form": args.reward_form,
-        "abstain_threshold": args.abstain_threshold,
         "concurrency": args.concurrency,
         "timeout_s": args.timeout,
         "retries": args.retries,
         "judge_outage_s": args.judge_outage_s,
         "max_quotes": args.max_quotes,
     }
-    for key, value in (
-        ("embed_url", args.embed_url),
-        ("judge_url", args.judge_url),
-        ("judge_model", args.judge_model),
-    ):
-        if value is not None:
-            settings[key] = value
-    config = RewardConfig.from_kwargs(**settings)
+    settings = recipe_reward_settings(args.recipe) if args.recipe is not None else {}
+    settings.update({k: v for k, v in given.items() if v is not None})
+    for key, value in OPTION_DEFAULTS.items():
+        settings.setdefault(key, value)
+    lat = parse_lat_overrides(args.lat)
+    if lat:
+        if is_judged(settings["reward_form"]):
+            raise InputError(f"--lat applies to --reward-form lat, not {settings['reward_form']!r}")
+        settings["lat"] = {**(settings.get("lat") or {}), **lat}
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from tqdm import tqdm
+
+    from data_prep.groundtruth import unpack_ground_truth
+    from reward.config import RewardConfig
+    from reward.pipeline import RewardScorer
+
+    config = RewardConfig.from_kwargs(**settings_of(args))
     refuse_output_over_inputs(args.out, [args.inputs])
     rows = read_inputs(args.inputs)
     qids = []
@@ -139,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
             qids.append(unpack_ground_truth(row["ground_truth"]).qid)
         except InputError as e:
             raise InputError(f"{args.inputs}: input {n}: {e}") from None
+    if not is_judged(config.reward_form):
+        return run_lat(args, config, rows, qids)
     scorer = RewardScorer(config)
     order = group_order(qids)
     grouped_rows, grouped_qids = [rows[i] for i in order], [qids[i] for i in order]
@@ -167,5 +261,68 @@ def run(args: argparse.Namespace) -> int:
         f"format {total.format_ok / n:.1%} (rejects {dict(total.reject_reasons) or 'none'}), "
         f"unscorable {total.unscorable} ({dict(total.unscorable_reasons) or 'none'}), "
         f"groups with none scorable {total.groups_all_unscorable}, judge {total.judge.to_dict()}"
+    )
+    return 0
+
+
+def lat_citations(scorer, row: dict) -> list[dict]:
+    """Every box of a LAT response that lands on a page of the document: ``{page, bbox (points), role, text}``."""
+    from data_prep.groundtruth import unpack_ground_truth
+    from reward.lat import locate, parse_coe
+
+    gt = unpack_ground_truth(row["ground_truth"])
+    parsed = parse_coe(row["response"])
+    cached = scorer.doc(gt.doc_key)
+    out = []
+    for role, boxes in (("step", parsed.steps), ("answer", parsed.answer_boxes)):
+        for b in boxes:
+            r = locate(b, gt.pages, cached)
+            if r is not None:
+                out.append({"page": r.page, "bbox": [round(v, 3) for v in r.bbox], "role": role, "text": r.text})
+    return out
+
+
+def run_lat(args: argparse.Namespace, config, rows: list[dict], qids: list[str]) -> int:
+    """``--reward-form lat``: LAT's reward (:mod:`reward.lat`), batched by qid as in training (an unscorable
+    response gets its group's mean)."""
+    from rich.console import Console
+    from tqdm import tqdm
+
+    from reward.lat import LatScorer
+
+    scorer = LatScorer(config)
+    order = group_order(qids)
+    grouped_rows, grouped_qids = [rows[i] for i in order], [qids[i] for i in order]
+    out_lines: list[str] = [""] * len(rows)
+    with tqdm(total=len(rows), desc="scoring (lat)", unit="response", disable=None) as bar:
+        for start, end in batches(grouped_rows, grouped_qids):
+            try:
+                scored = scorer.score(grouped_rows[start:end])
+            except InputError as e:
+                # "reward input i" counts within the batch: name the input file's line instead
+                msg = str(e)
+                if msg.startswith("reward input "):
+                    k, _, rest = msg[len("reward input ") :].partition(":")
+                    if k.isdigit():
+                        msg = f"{args.inputs}: input {order[start + int(k)] + 1}:{rest}"
+                raise InputError(msg) from None
+            for k, breakdown in enumerate(scored, start):
+                d = breakdown.to_dict()
+                d["citations"] = lat_citations(scorer, grouped_rows[k - start])
+                out_lines[order[k]] = json.dumps(d, ensure_ascii=False)
+            bar.update(end - start)
+    atomic_write_text(args.out, "".join(line + "\n" for line in out_lines))
+    ds = [json.loads(line) for line in out_lines]
+    n = len(ds)
+
+    def mean(key: str) -> float:
+        return sum(d[key] for d in ds) / n
+
+    Console(stderr=True).print(
+        f"scored {n} responses (reward_form lat, embedder "
+        f"{getattr(scorer.embedder, 'name', None) or ', '.join(sorted(scorer._embedders)) or 'none needed'}) -> "
+        f"{args.out}: mean reward {mean('overall'):.3f} (format {mean('format'):.3f}, accuracy {mean('accuracy'):.3f}, "
+        f"step {mean('step'):.3f}, ground {mean('ground'):.3f}), format ok {mean('format_ok'):.1%}, "
+        f"unscorable {int(sum(d['unscorable'] for d in ds))}"
     )
     return 0

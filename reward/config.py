@@ -18,7 +18,10 @@ import typing
 from dataclasses import dataclass, field
 
 from data_prep.types import InputError
+from reward.judge import DEFAULT_JUDGE, JudgeSettings
 from reward.response import DEFAULT_MAX_QUOTES
+
+_J = JudgeSettings()  # the judge's defaults live there, once
 
 DEFAULT_JUDGE_MODEL = "Qwen/Qwen3.5-9B"
 CANDIDATES: tuple[str, ...] = ("document", "window")
@@ -39,7 +42,7 @@ class RewardConfig:
     """Encoder for quotes; None = the one each document's cache was built with (its manifest)."""
     embed_url: str | None = field(default_factory=_env("QUOTECITE_EMBED_URL"))
     """Base URL of the embedding server for HTTP encoders (default: env ``QUOTECITE_EMBED_URL``)."""
-    judge: str = "http"
+    judge: str = DEFAULT_JUDGE
     """Judge: ``http`` (a VLM behind an OpenAI-compatible API; the training default) or ``lexical`` (offline)."""
     judge_url: str | None = field(default_factory=_env("QUOTECITE_JUDGE_URL"))
     """Base URL of the judge's OpenAI-compatible API, e.g. ``http://host:8000/v1`` (env ``QUOTECITE_JUDGE_URL``).
@@ -47,15 +50,15 @@ class RewardConfig:
     replica that stops answering is skipped until it answers again (:mod:`reward.replicas`)."""
     judge_model: str = field(default_factory=_env("QUOTECITE_JUDGE_MODEL", DEFAULT_JUDGE_MODEL))
     """Model name the judge server serves (env ``QUOTECITE_JUDGE_MODEL``, else Qwen/Qwen3.5-9B)."""
-    concurrency: int = 32
+    concurrency: int = _J.concurrency
     """Judge requests in flight at once."""
-    timeout_s: float = 120.0
+    timeout_s: float = _J.timeout_s
     """Deadline of one judge HTTP call, seconds."""
-    retries: int = 3
+    retries: int = _J.retries
     """Extra attempts of a judge call after a timeout, connection error, 5xx, 408 or 429."""
-    backoff_s: float = 1.0
+    backoff_s: float = _J.backoff_s
     """Base of the judge's exponential backoff with full jitter, seconds."""
-    judge_outage_s: float = 600.0
+    judge_outage_s: float = _J.outage_s
     """How long one reward call waits out an outage of the judge or the HTTP quote embedder (probing their
     ``/health`` with backoff, then scoring for real) before it raises :class:`reward.judge.ServerOutageError`
     (:mod:`reward.judge` defines what counts as an outage). 0: raise at the first outage."""
@@ -66,17 +69,17 @@ class RewardConfig:
     keep_band: list | None = None
     """``[filter_low, filter_high]`` of EasyR1's online filter when it is on (the launch passes it): a group
     trains when its ``keep`` lies strictly inside. None: online filtering is off and every group of a call trains."""
-    judge_max_tokens: int = 1024
+    judge_max_tokens: int = _J.max_tokens
     """Token limit of a judge reply (room for a short reasoning before the score object)."""
-    judge_temperature: float = 0.0
+    judge_temperature: float = _J.temperature
     """Judge sampling temperature (0: identical requests get identical scores)."""
     judge_extra_body: dict | None = None
     """Extra JSON fields for every judge request (e.g. vLLM's ``chat_template_kwargs``)."""
     judge_prompt: str | None = None
     """Judge prompt file; None = ``recipes/prompts/judge.txt``."""
-    max_crops: int = 6
+    max_crops: int = _J.max_crops
     """Cited blocks shown to the judge per response (the first ones, in quote order)."""
-    crop_dpi: float = 150.0
+    crop_dpi: float = _J.crop_dpi
     """Resolution of the crops sent to the judge, dots per inch."""
     max_quotes: int = DEFAULT_MAX_QUOTES
     """Safety bound on the quotes kept per response (:data:`reward.response.DEFAULT_MAX_QUOTES`; the paper has no
@@ -102,6 +105,15 @@ class RewardConfig:
     lat: dict | None = None
     """``reward_form: lat`` only: overrides of :class:`reward.lat.LatSettings` (``tau``, ``overlap_iou``,
     ``epsilon``, ``ground_iou``, ``min_steps``, ``crop_dpi``, ``max_steps``); None = LAT's values."""
+
+    def judge_settings(self) -> JudgeSettings:
+        """The judge part of these settings (:func:`reward.judge.build_judge`)."""
+        return JudgeSettings(
+            concurrency=self.concurrency, timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s,
+            max_tokens=self.judge_max_tokens, temperature=self.judge_temperature, extra_body=self.judge_extra_body,
+            prompt_path=self.judge_prompt, outage_s=self.judge_outage_s, max_crops=self.max_crops,
+            crop_dpi=self.crop_dpi,
+        )  # fmt: skip
 
     def __post_init__(self) -> None:
         from reward.judge import JUDGES

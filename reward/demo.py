@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 from data_prep.cache import CachedDoc
+from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.io import atomic_write_jsonl
 from reward.config import RewardConfig
-from reward.groundtruth import GroundTruth, pack_ground_truth
 from reward.pipeline import RewardScorer
 
 HALLUCINATED_QUOTE = "The maintenance crew received a safety award from the city government in 2019."

@@ -77,6 +77,58 @@ HEALTH_BACKOFF_S: tuple[float, float] = (1.0, 30.0)
 """First and largest pause between two ``/health`` probes during an outage, seconds."""
 
 
+@dataclass(frozen=True)
+class JudgeSettings:
+    """How a judge is called, in one place: the reward (:class:`reward.config.RewardConfig` flattens these into
+    its keys, with these defaults) and ``eval score`` build their judge from it (:func:`build_judge`).
+
+    >>> JudgeSettings().concurrency, JudgeSettings().max_crops, JudgeSettings().crop_dpi
+    (32, 6, 150.0)
+    """
+
+    concurrency: int = 32
+    """Requests in flight at once (per judge client; replicas share it)."""
+    timeout_s: float = 120.0
+    """Deadline of one HTTP call, seconds."""
+    retries: int = 3
+    """Extra attempts after a timeout, connection error, 5xx, 408 or 429."""
+    backoff_s: float = 1.0
+    """Base of the exponential backoff with full jitter, seconds."""
+    max_tokens: int = 1024
+    """Token limit of a reply (room for a short reasoning before the score object)."""
+    temperature: float = 0.0
+    """Sampling temperature (0: identical requests get identical scores)."""
+    extra_body: dict | None = None
+    """Extra JSON fields for every request (e.g. vLLM's ``chat_template_kwargs``)."""
+    prompt_path: str | None = None
+    """Rubric prompt file; None = the packaged ``judge.txt``."""
+    outage_s: float | None = 600.0
+    """How long a batch waits out an outage (module docstring); None: never wait. The command lines use
+    :data:`CLI_OUTAGE_S` instead: a person at a terminal should not wait ten minutes to learn the judge is down."""
+    max_crops: int = 6
+    """Cited blocks shown per response (the first distinct ones, in citation order; CiteVQA shows at most six)."""
+    crop_dpi: float = 150.0
+    """Resolution of the crops, dots per inch (CiteVQA's 150)."""
+
+    def client_kwargs(self) -> dict:
+        """Keyword arguments of :class:`HttpJudge` (and of the CiteVQA judge's calls)."""
+        return {
+            "concurrency": self.concurrency,
+            "timeout_s": self.timeout_s,
+            "retries": self.retries,
+            "backoff_s": self.backoff_s,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "extra_body": self.extra_body,
+            "prompt_path": self.prompt_path,
+            "outage_s": self.outage_s,
+        }
+
+
+CLI_OUTAGE_S = 30.0
+"""Default ``--judge-outage-s`` of ``reward score`` and ``eval score``."""
+
+
 class ServerOutageError(InputError):
     """A judge or embedding server stayed down past the outage budget (``judge_outage_s``). One line naming the
     server, its URL and the time waited; the training launch restarts the servers and resumes when the trainer
@@ -723,9 +775,26 @@ class LexicalJudge:
 
 
 # --------------------------------------------------------------------------------------------- registry and crops
-JUDGES: Registry = Registry("judge")
-JUDGES.register("http")(HttpJudge)
-JUDGES.register("lexical")(LexicalJudge)
+JUDGES: Registry = Registry("judge", needs=("url", "crops"))
+DEFAULT_JUDGE = "http"
+"""The judge of training and of ``--judge-url`` alone."""
+OFFLINE_JUDGE = "lexical"
+"""The judge that needs no server (checks that must run without one use it)."""
+JUDGES.register("http", summary="an OpenAI-compatible VLM server (vLLM): the paper's judge", needs=("url", "crops"))(
+    HttpJudge
+)
+JUDGES.register("lexical", summary="model-free text overlap of the cited blocks (offline runs, tests)")(LexicalJudge)
+
+
+def build_judge(name: str, url=None, model: str | None = None, settings: JudgeSettings | None = None):
+    """The judge ``name`` of :data:`JUDGES`: a judge that needs a ``url`` gets ``url``, ``model`` and
+    ``settings``; one that does not is built bare (and a ``url`` given to it is an error)."""
+    settings = settings or JudgeSettings()
+    if JUDGES.needs(name, "url"):
+        return get_judge(name, base_url=url or "", model=model or "", **settings.client_kwargs())
+    if url:
+        raise InputError(f"judge {name!r} takes no server URL (got {url})")
+    return get_judge(name)
 
 
 def get_judge(name: str, **kwargs):
@@ -738,7 +807,9 @@ def get_judge(name: str, **kwargs):
         raise InputError(f"judge {name!r}: {e}") from None
 
 
-def crop_pngs(cached, citations, max_crops: int = 6, dpi: float = 150, doc=None) -> tuple[bytes, ...]:
+def crop_pngs(
+    cached, citations, max_crops: int = JudgeSettings.max_crops, dpi: float = JudgeSettings.crop_dpi, doc=None
+) -> tuple[bytes, ...]:
     """PNG bytes of the first ``max_crops`` distinct cited blocks (citation order), rendered from the cached
     document's PDF at ``dpi``. ``doc``: an already open :class:`~data_prep.document.Document` of that PDF (saves
     re-opening and re-hashing it per response). A block with an empty box is skipped."""

@@ -2,45 +2,54 @@
 2511.12003, AAAI 2026) on our EasyR1 stack, so that the LAT baseline trains on the same documents, model and
 trainer as our reward.
 
-Sources of every number. The paper's reward section defines four terms summed into one reward; its equation
-numbers could not be checked from this machine (the paper's text was not reachable; ``../shared/papers`` holds a
-summary of it), so each term below cites the summary (``summary``) and the released training code
-(github.com/PolarisLiu1/LAT, ``src/grpo.py``: ``accuracy_reward``, ``step_reward``, ``iou_reward``,
-``format_reward``; ``code``), which is where the exact constants are written:
+Sources of every number. Two sources, named in brackets after each number below:
+
+* [paper]: the paper (arXiv 2511.12003), its Stage II reward design, where ``R_acc``, ``R_step``, ``R_ground``
+  and ``R_format`` are defined, its implementation details (hyperparameters) and its threshold-sensitivity
+  study. Its equation numbers are not cited here: they could not be checked against the paper's text while this
+  was written, and a wrong number is worse than none. The terms are cited by the paper's own symbols.
+* [code]: LAT's released training code (github.com/PolarisLiu1/LAT, ``src/grpo.py``: ``accuracy_reward``,
+  ``step_reward``, ``iou_reward``, ``format_reward``), which writes out the constants the paper leaves in words.
+
+Our own constants (not LAT's) say so: :data:`COORD_SCALE`, :data:`MIN_CROP_PT`, ``crop_dpi``, ``max_steps``.
 
 * **Format** ``R_format``: +1 when the whole response is ``<think>...</think>`` then ``<answer>...</answer>``,
-  else -1 (summary: "+1 for correct <think>/<answer> tagging and -1 otherwise"; code: ``format_reward``).
+  else -1 [paper: +1 for correct ``<think>``/``<answer>`` tagging, -1 otherwise; code: ``format_reward``].
 * **Accuracy** ``R_acc = 0.5 * EM + 0.5 * Recall``: ``EM`` is LAT's soft exact match (the normalised answer
   contains the normalised gold, or is contained in it), ``Recall`` the share of gold tokens found in the answer
-  (summary: "an accuracy reward averaging exact match and recall"; code: ``accuracy_reward``, weights 0.5/0.5).
-  Box lines are removed from the answer first. **Loophole closed:** in the released code an empty answer is
-  "contained" in every gold answer (``"" in gold`` is true) and earns 0.5; here an answer that normalises to
-  nothing earns 0 (:func:`accuracy`).
-* **Stepwise attribution** ``R_step`` (summary: "crops each predicted bounding box, encodes the crop and the
-  reasoning text ... requires the minimum cosine similarity ... to exceed a threshold tau, requires the maximum
-  pairwise IoU among boxes to stay below a threshold, and is zeroed out unless the accuracy reward meets a
-  threshold epsilon"; code: ``step_reward``): each box of ``<think>`` is a step whose text is the last sentence
-  before it; ``0.5`` when there are at least :attr:`LatSettings.min_steps` steps and ``min_i sim(crop_i, text_i)
-  > tau``, another ``0.5`` when moreover no two steps on the same page have ``IoU >= overlap_iou``; the whole
-  term is 0 when ``R_acc < epsilon``. A step whose box cannot be read, lies outside the page image or has no
-  text scores similarity 0 (code: ``results.append(0)``). ``tau = 0.3`` (paper default, its threshold study),
-  ``overlap_iou = 0.5`` and ``epsilon = 0.4`` (code: ``has_similar_bbox(iou_threshold=0.5)``,
-  ``reward_acc < 0.4``), ``min_steps = 2`` (code: ``len(results_iou) > 1``).
+  [paper: the accuracy reward averages exact match and recall, hence the two weights 0.5; code:
+  ``accuracy_reward``]. Box lines are removed from the answer first. **Loophole closed:** in the released code an
+  empty answer is "contained" in every gold answer (``"" in gold`` is true) and earns 0.5; here an answer that
+  normalises to nothing earns 0 (:func:`accuracy`).
+* **Stepwise attribution** ``R_step`` [paper: each predicted box is cropped, crop and step text are encoded by a
+  multimodal retriever, the minimum similarity over the steps must exceed ``tau``, the maximum pairwise IoU of the
+  step boxes must stay below a threshold, and the term is zero unless ``R_acc`` reaches ``epsilon``; code:
+  ``step_reward``]: each box of ``<think>`` is a step whose text is the last sentence before it; ``0.5`` when there
+  are at least ``min_steps`` steps and ``min_i sim(crop_i, text_i) > tau``, another ``0.5`` when moreover no two
+  steps on the same page have ``IoU >= overlap_iou`` [code: the two halves of 0.5]; the whole term is 0 when
+  ``R_acc < epsilon``. A step whose box cannot be read, lies outside the page image or has no text scores
+  similarity 0 [code: ``results.append(0)``]. ``tau = 0.3`` [paper: the default attribution threshold of its
+  threshold study, which also tries 0.5; code: ``> 0.3``]; ``overlap_iou = 0.5`` [code:
+  ``has_similar_bbox(iou_threshold=0.5)``, compared with ``>=``]; ``epsilon = 0.4`` [code: ``reward_acc < 0.4``
+  zeroes the term; the paper names ``epsilon`` without a value in the parts we could check]; ``min_steps = 2``
+  [code: ``len(results_iou) > 1``].
 * **Grounding** ``R_ground``: 1 when a box of ``<answer>`` has ``IoU > 0.5`` with a gold evidence box on the
-  same page and every answer box is also one of the chain's step boxes, else 0 (summary: "given when the
-  answer's bounding box has IoU above 0.5 with the ground-truth evidence on the correct page"; code:
-  ``iou_reward``, including its ``json_str in think`` condition). Only questions whose ground truth carries
-  evidence boxes can earn it; ``ground_known`` says which did.
+  same page and every answer box is also one of the chain's step boxes, else 0 [paper: paid when the answer's box
+  has IoU above 0.5 with the ground-truth evidence on the correct page; code: ``iou_reward``, including its
+  ``json_str in think`` condition]. Only questions whose ground truth carries evidence boxes can earn it;
+  ``ground_known`` says which did.
 
 ``R = w_format R_format + w_accuracy R_acc + w_step R_step + w_ground R_ground`` with every weight 1 by default
-(LAT's TRL trainer sums its reward functions with unit weights), so ``R`` lies in [-1, 4]. The weights are the
+[code: LAT's TRL trainer sums its reward functions with TRL's default unit weights], so ``R`` lies in [-1, 4]. The weights are the
 reward form's ``weights`` (:mod:`reward.scoring`).
 
-Differences forced by our setting, each a setting: the similarity comes from our encoder interface (the
-Qwen3-VL-Embedding model the cache was built with: crop embedded as an image under the document instruction, step
-text as a query; single-vector cosine where LAT used ColQwen2's multi-vector MaxSim), or, for a text-only encoder
-such as MiniLM, from the PDF text layer under the box (:class:`TextLayerStepEmbedder`: a CPU counterpart, not
-LAT's method). Boxes are on Qwen3-VL's native 0-1000 grid of the page image (LAT's Qwen2.5-VL wrote pixels);
+Differences forced by our setting, each a setting: the similarity comes from our encoder interface (the reward's
+``encoder`` setting, else the encoder the cache was built with; :func:`make_step_embedder`): with ``colqwen2``
+(:mod:`data_prep.encoders.colqwen2`) it is LAT's own ColQwen2 MaxSim (:class:`LateInteractionStepEmbedder`); with
+the Qwen3-VL-Embedding model the crop is embedded as an image under the document instruction and the step text as
+a query, and their single-vector cosine is used (:class:`ImageStepEmbedder`); with a text-only encoder such as
+MiniLM the PDF text layer under the box is scored (:class:`TextLayerStepEmbedder`: a CPU counterpart, not LAT's
+method). Boxes are on Qwen3-VL's native 0-1000 grid of the page image (LAT's Qwen2.5-VL wrote pixels);
 ``Image_index`` is 1-based into the pages the policy saw (the ground truth's page window).
 
 Output format the policy is asked for (``recipes/prompts/lat_interface.jinja``)::
@@ -50,7 +59,7 @@ Output format the policy is asked for (``recipes/prompts/lat_interface.jinja``):
     <answer>Shenzhen
     Bounding box: {"bbox_2d": [120, 500, 880, 530], "Image_index": 2}</answer>
 
-The ground truth is our packed JSON (:mod:`reward.groundtruth`) plus an optional ``evidence`` list of
+The ground truth is our packed JSON (:mod:`data_prep.groundtruth`) plus an optional ``evidence`` list of
 ``{"page": p, "bbox": [x0, y0, x1, y1]}`` (1-based page, display points) for the grounding term.
 """
 
@@ -70,20 +79,23 @@ from typing import Protocol
 
 import numpy as np
 
-from data_prep.cache import CachedDoc, load_cache
-from data_prep.types import InputError
-from reward.groundtruth import GroundTruth, unpack_ground_truth
+from data_prep.cache import CachedDoc, DocCache
+from data_prep.groundtruth import GroundTruth, unpack_ground_truth
+from data_prep.types import BBox, InputError
 
 log = logging.getLogger("reward.lat")
 
 COORD_SCALE = 1000.0
-"""Boxes are written on a 0-1000 grid of the page image (Qwen3-VL's grounding convention)."""
+"""Ours, not LAT's: boxes are written on a 0-1000 grid of the page image (Qwen3-VL's grounding convention; LAT's
+Qwen2.5-VL wrote pixels)."""
 
 MIN_CROP_PT = 4.0
-"""Step boxes thinner than this (points) are widened around their centre before cropping (our crops' rule)."""
+"""Ours, not LAT's: step boxes thinner than this (points) are widened around their centre before cropping (the
+rule of our block crops), so no crop is empty."""
 
 DEFAULT_WEIGHTS: dict[str, float] = {"format": 1.0, "accuracy": 1.0, "step": 1.0, "ground": 1.0}
-"""LAT sums its four rewards with unit weights (TRL's default ``reward_weights``)."""
+"""LAT sums its four rewards with unit weights [code: TRL's default ``reward_weights``; paper: the reward is
+the combination of the four terms]."""
 
 
 @dataclass(frozen=True)
@@ -91,19 +103,25 @@ class LatSettings:
     """The constants of LAT's reward (see the module docstring for where each comes from)."""
 
     tau: float = 0.3
-    """Step attribution threshold: every step's crop/text similarity must exceed it (paper default)."""
+    """Step attribution threshold: every step's crop/text similarity must exceed it [paper: default tau = 0.3 of
+    its threshold study; code: ``> 0.3``]."""
     overlap_iou: float = 0.5
-    """Two step boxes on one page with IoU at or above this are redundant (released code)."""
+    """Two step boxes on one page with IoU at or above this are redundant [paper: the overlap constraint on the
+    maximum pairwise IoU; code: ``has_similar_bbox(iou_threshold=0.5)``]."""
     epsilon: float = 0.4
-    """``R_step`` is paid only when ``R_acc >= epsilon`` (released code: ``reward_acc < 0.4`` zeroes it)."""
+    """``R_step`` is paid only when ``R_acc >= epsilon`` [paper: the ``R_acc >= epsilon`` condition of
+    ``R_step``; code: ``reward_acc < 0.4`` zeroes it]."""
     ground_iou: float = 0.5
-    """An answer box grounds the answer when its IoU with a gold evidence box is above this (paper)."""
+    """An answer box grounds the answer when its IoU with a gold evidence box is above this [paper: ``R_ground``,
+    IoU above 0.5 on the correct page; code: ``iou_reward``, ``> 0.5``]."""
     min_steps: int = 2
-    """Fewest steps a chain needs for ``R_step`` (released code: ``len(results_iou) > 1``)."""
+    """Fewest steps a chain needs for ``R_step`` [code: ``len(results_iou) > 1``]."""
     crop_dpi: float = 150.0
-    """Resolution at which a step's region is rendered for the encoder (our crops' resolution)."""
+    """Ours, not LAT's (LAT crops the page image it was given): resolution at which a step's region is rendered
+    for the encoder, that of our block crops."""
     max_steps: int = 16
-    """Steps embedded per response (the rest score 0, which fails the min-similarity condition)."""
+    """Ours, not LAT's (a cost bound: LAT embeds every step): steps embedded per response; the rest score 0, which
+    fails the min-similarity condition."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -190,7 +208,7 @@ class CoEBox:
     ``box`` on the 0-1000 grid (None when unreadable), ``text`` the step text before it, ``raw`` as written."""
 
     image: int | None
-    box: tuple[float, float, float, float] | None
+    box: BBox | None
     text: str
     raw: str
 
@@ -216,7 +234,7 @@ _BOX_RE = re.compile(r"(?:Bounding box:\s*)?(\{[^{}]*\})", re.IGNORECASE)
 _SENTENCE_SPLIT_RE = re.compile(r"\. |\n")
 
 
-def _read_box(raw: str) -> tuple[int | None, tuple[float, float, float, float] | None] | None:
+def _read_box(raw: str) -> tuple[int | None, BBox | None] | None:
     """``(image, box)`` of a ``{...}`` span; None when the span is not a box object at all."""
     if "bbox" not in raw.lower():
         return None
@@ -294,7 +312,7 @@ def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
     return inter / union if union > 0 else 0.0
 
 
-def grid_to_points(box: Sequence[float], page_size: tuple[float, float]) -> tuple[float, float, float, float]:
+def grid_to_points(box: Sequence[float], page_size: tuple[float, float]) -> BBox:
     """A 0-1000 grid box -> display points of a ``page_size`` page.
 
     >>> grid_to_points([100, 500, 200, 1000], (600.0, 800.0))
@@ -314,7 +332,7 @@ class Region:
     """A step's evidence: 1-based ``page`` of the document and ``bbox`` in display points, with its ``text``."""
 
     page: int
-    bbox: tuple[float, float, float, float]
+    bbox: BBox
     text: str
 
 
@@ -382,7 +400,7 @@ def ground_reward(
     parsed: CoEResponse,
     answer_regions: Sequence[Region | None],
     step_regions: Sequence[Region | None],
-    evidence: Sequence[tuple[int, tuple[float, float, float, float]]],
+    evidence: Sequence[tuple[int, BBox]],
     settings: LatSettings,
 ) -> float:
     """``R_ground``: 1 when an answer box overlaps a gold evidence box on its page with IoU above ``ground_iou``
@@ -458,8 +476,36 @@ class TextLayerStepEmbedder:
         return out
 
 
+class LateInteractionStepEmbedder:
+    """LAT's own attribution: the region rendered at ``dpi``, scored against the step text by a multi-vector
+    retriever's late interaction (``encoder.late_interaction(texts, images)``: MaxSim averaged over the text's
+    tokens, LAT's ``score_multi_vector``), e.g. :class:`data_prep.encoders.colqwen2.ColQwen2Encoder`, the ColQwen2
+    LAT's code uses."""
+
+    def __init__(self, encoder, dpi: float = 150.0) -> None:
+        if not hasattr(encoder, "late_interaction"):
+            raise InputError(f"encoder {getattr(encoder, 'name', encoder)!r} has no late interaction")
+        self.encoder = encoder
+        self.dpi = dpi
+        self.name = f"late-interaction:{encoder.name}"
+
+    def similarities(self, cached: CachedDoc, regions: Sequence[Region], doc) -> np.ndarray:
+        if not regions:
+            return np.zeros(0, np.float32)
+        from data_prep.encoders.qwen3vl import widen_bbox
+
+        crops = [
+            doc.crop(r.page, widen_bbox(r.bbox, doc.page_sizes[r.page - 1], MIN_CROP_PT), dpi=self.dpi)
+            for r in regions
+        ]
+        return np.asarray(self.encoder.late_interaction([r.text for r in regions], crops), np.float32)
+
+
 def make_step_embedder(encoder, dpi: float = 150.0) -> StepEmbedder:
-    """Image attribution when ``encoder`` embeds images, else the text-layer counterpart."""
+    """LAT's late interaction when ``encoder`` has one (``colqwen2``), else image attribution when it embeds
+    images (``qwen3-vl-embedding``), else the text-layer counterpart (``minilm``)."""
+    if hasattr(encoder, "late_interaction"):
+        return LateInteractionStepEmbedder(encoder, dpi)
     if hasattr(encoder, "embed_images"):
         return ImageStepEmbedder(encoder, dpi)
     return TextLayerStepEmbedder(encoder)
@@ -493,7 +539,7 @@ class LatBreakdown:
 LAT_KEYS: tuple[str, ...] = tuple(LatBreakdown.__dataclass_fields__)
 
 
-def read_evidence(raw, qid: str) -> list[tuple[int, tuple[float, float, float, float]]]:
+def read_evidence(raw, qid: str) -> list[tuple[int, BBox]]:
     """The optional ``evidence`` of a packed ground truth: ``[{"page": p, "bbox": [x0, y0, x1, y1]}]``."""
     if raw is None:
         return []
@@ -552,20 +598,12 @@ class LatScorer:
         self.weights = get_reward_form("lat").weights(config.weights)
         self.embedder = embedder
         self._embedders: dict[str, StepEmbedder] = {}
-        self._docs: OrderedDict[str, CachedDoc] = OrderedDict()
+        self.docs = DocCache(self.cache_dir, max_loaded=self.config.doc_cache_size)
         self._lock = threading.Lock()
         self.last_stats: Counter = Counter()
 
     def doc(self, key: str) -> CachedDoc:
-        cached = self._docs.get(key)
-        if cached is None:
-            cached = load_cache(self.cache_dir, key)
-            self._docs[key] = cached
-            while len(self._docs) > self.config.doc_cache_size:
-                self._docs.popitem(last=False)
-        else:
-            self._docs.move_to_end(key)
-        return cached
+        return self.docs.get(key)
 
     def embedder_for(self, cached: CachedDoc) -> StepEmbedder:
         if self.embedder is not None:

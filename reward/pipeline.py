@@ -2,7 +2,7 @@
 
 Per batch (one GRPO step's rollout_batch x n responses):
 
-1. unpack each ground truth (:mod:`reward.groundtruth`) and parse each response (:mod:`reward.response`);
+1. unpack each ground truth (:mod:`data_prep.groundtruth`) and parse each response (:mod:`reward.response`);
 2. load each document's cache once (kept between calls, least recently used dropped);
 3. embed every distinct quote of the batch in one encoder call per encoder, then resolve each response's quotes
    to blocks of the whole document, as the paper does (its page window only placed the rendered pages;
@@ -58,18 +58,19 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.cache import CachedDoc, load_cache
-from data_prep.types import InputError
+from data_prep.cache import CachedDoc, DocCache
+from data_prep.encoders import MemoEncoder
+from data_prep.groundtruth import GroundTruth, unpack_ground_truth
+from data_prep.types import BBox, InputError
 from reward.config import RewardConfig
-from reward.groundtruth import GroundTruth, unpack_ground_truth
 from reward.judge import (
     CONFIG_FAILURES,
     JudgeRequest,
     JudgeScores,
     JudgeStats,
     ServerOutageError,
+    build_judge,
     crop_pngs,
-    get_judge,
     health_url,
     probe_health,
     wait_for_health,
@@ -306,23 +307,6 @@ ZERO_VARIANCE_TOL = 1e-9
 """Known rewards of a group closer than this are equal (its ``keep`` is -1)."""
 
 
-class _Precomputed:
-    """An encoder facade answering ``embed_texts`` from vectors computed once for the whole batch."""
-
-    def __init__(self, encoder, vectors: dict[str, np.ndarray]) -> None:
-        self.encoder = encoder
-        self.name = encoder.name
-        self.dim = encoder.dim
-        self.vectors = vectors
-
-    def embed_texts(self, texts: list[str]) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
-        if missing:
-            for t, v in zip(missing, self.encoder.embed_texts(missing), strict=True):
-                self.vectors[t] = v
-        return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
-
-
 @dataclass
 class _Item:
     gt: GroundTruth
@@ -347,25 +331,9 @@ class RewardScorer:
             raise InputError(f"reward setting cache_dir: {self.cache_dir} is not a directory")
         self.form = get_reward_form(config.reward_form)
         self.weights = self.form.weights(config.weights)
-        if config.judge == "http":
-            self.judge = get_judge(
-                "http",
-                base_url=config.judge_url or "",
-                model=config.judge_model,
-                concurrency=config.concurrency,
-                timeout_s=config.timeout_s,
-                retries=config.retries,
-                backoff_s=config.backoff_s,
-                max_tokens=config.judge_max_tokens,
-                temperature=config.judge_temperature,
-                prompt_path=config.judge_prompt,
-                extra_body=config.judge_extra_body,
-                outage_s=config.judge_outage_s,
-            )
-        else:
-            self.judge = get_judge(config.judge)
+        self.judge = build_judge(config.judge, config.judge_url, config.judge_model, config.judge_settings())
         self.needs_crops = bool(getattr(self.judge, "needs_crops", True))
-        self._docs: OrderedDict[str, CachedDoc] = OrderedDict()
+        self.docs = DocCache(self.cache_dir, max_loaded=config.doc_cache_size)
         self._encoders: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
         self._judge_answered = False  # set once the judge has produced one score: later failures are outages
@@ -384,15 +352,7 @@ class RewardScorer:
     # ----------------------------------------------------------------------------------------- resources
     def doc(self, key: str) -> CachedDoc:
         """The cache entry ``key`` (LRU-kept). Raises :class:`~data_prep.cache.CacheError` when missing."""
-        cached = self._docs.get(key)
-        if cached is not None:
-            self._docs.move_to_end(key)
-            return cached
-        cached = load_cache(self.cache_dir, key)
-        self._docs[key] = cached
-        while len(self._docs) > self.config.doc_cache_size:
-            self._docs.popitem(last=False)
-        return cached
+        return self.docs.get(key)
 
     def encoder_for(self, cached: CachedDoc):
         """The quote encoder for ``cached`` (:func:`reward.resolve.make_quote_encoder`), created once per
@@ -555,7 +515,7 @@ class RewardScorer:
             js, self.judge, self._judge_answered, hint="judge_url, judge_model and judge_extra_body"
         )
 
-    def _embed_quotes(self, live: list[_Item], stats: BatchStats) -> dict[str, _Precomputed]:
+    def _embed_quotes(self, live: list[_Item], stats: BatchStats) -> dict[str, MemoEncoder]:
         """One encoder call per encoder for every distinct quote of the batch; doc key -> facade."""
         t0 = time.perf_counter()
         by_encoder: dict[str, list[_Item]] = defaultdict(list)
@@ -578,7 +538,7 @@ class RewardScorer:
                 continue
             encoders[enc.name] = enc
             by_encoder[enc.name].append(it)
-        out: dict[str, _Precomputed] = {}
+        out: dict[str, MemoEncoder] = {}
         for name, its in by_encoder.items():
             texts = list(dict.fromkeys(q for it in its for q in it.parsed.quotes))
             if resolver_uses_context(self.config.resolver):
@@ -598,7 +558,8 @@ class RewardScorer:
                 for it in its:
                     it.failed = "embed"
                 continue
-            facade = _Precomputed(encoders[name], dict(zip(texts, vecs, strict=True)))
+            facade = MemoEncoder(encoders[name], max_items=None)  # the batch's quotes, embedded in one call
+            facade.remember(texts, vecs)
             for it in its:
                 out[it.cached.key] = facade
         stats.seconds["embed"] += time.perf_counter() - t0
@@ -664,7 +625,7 @@ class RewardScorer:
         return CitedEvidence(len(it.citations), repeats, None if flags is None else sum(flags))
 
     def _rewards(self, items: list[_Item], judge_s: float, stats: BatchStats):
-        known: dict[int, tuple[float, float, float, float]] = {}  # index -> (overall, a, r, c)
+        known: dict[int, BBox] = {}  # index -> (overall, a, r, c)
         for i, it in enumerate(items):
             if not it.parsed.ok:
                 known[i] = (0.0, 0.0, 0.0, 0.0)
@@ -676,7 +637,7 @@ class RewardScorer:
         for i, it in enumerate(items):
             groups[it.gt.qid].append(i)
         stats.groups = len(groups)
-        fill: dict[int, tuple[float, float, float, float]] = {}
+        fill: dict[int, BBox] = {}
         keep: dict[int, float] = {}
         for members in groups.values():
             vals = [known[i] for i in members if i in known]

@@ -8,7 +8,7 @@ a judge URL that answers 404).
 What it checks, on every row of every data file (EasyR1 parquet: ``prompt``, ``images``, ``answer`` = packed
 ground truth, ``doc_key``, ``n_images``; the recipe's ``data.*_key`` names are honoured):
 
-* the answer column unpacks (:func:`reward.groundtruth.unpack_ground_truth`) and agrees with the ``doc_key`` column;
+* the answer column unpacks (:func:`data_prep.groundtruth.unpack_ground_truth`) and agrees with the ``doc_key`` column;
 * each ``doc_key`` has a valid cache entry (:func:`data_prep.cache.load_cache`, once per document);
 * the page window (1-based, inclusive) lies inside the document;
 * the cache holds block embeddings of the encoder the reward will embed quotes with
@@ -34,8 +34,6 @@ import argparse
 import dataclasses
 import io
 import math
-import os
-import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -43,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_prep.types import InputError
+from recipes.reader import RecipeError, apply_overrides, dig, load_recipe, resolve_env  # noqa: F401
+from recipes.reader import Unset as _Unset
 from reward.replicas import UrlListAction
 
 PROBLEM_KINDS: dict[str, str] = {
@@ -68,8 +68,6 @@ FAILURE_PREFIX = "reward check failed: "
 
 URL_SETTINGS = ("judge_url", "embed_url")
 """Reward settings the launch provides at run time: left unset (not an error) when the recipe's env is absent."""
-
-_ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
 
 
 @dataclass(frozen=True)
@@ -160,53 +158,6 @@ class CheckReport:
 
 
 # --------------------------------------------------------------------------------------------- the recipe
-class _Unset:
-    """A ``${oc.env:NAME}`` whose variable is not set (and has no default)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"${{oc.env:{self.name}}}"
-
-
-def resolve_env(value, env: dict[str, str] | None = None):
-    """Resolve OmegaConf's ``${oc.env:NAME}`` / ``${oc.env:NAME,default}`` in a recipe value, recursively, as EasyR1
-    does when it builds its config. A string naming an unset variable without a default becomes an :class:`_Unset`.
-
-    >>> resolve_env({"a": "${oc.env:QC_X,7}/train.parquet", "b": ["${oc.env:QC_Y}"]}, {"QC_Y": "y"})
-    {'a': '7/train.parquet', 'b': ['y']}
-    """
-    env = os.environ if env is None else env
-    if isinstance(value, dict):
-        return {k: resolve_env(v, env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [resolve_env(v, env) for v in value]
-    if not isinstance(value, str) or "${oc.env:" not in value:
-        return value
-    unset: list[str] = []
-
-    def sub(m: re.Match) -> str:
-        name, default = m.group(1), m.group(2)
-        if env.get(name) is not None:
-            return env[name]
-        if default is not None:
-            return default.strip().strip("'\"")
-        unset.append(name)
-        return ""
-
-    out = _ENV.sub(sub, value)
-    return _Unset(unset[0]) if unset else out
-
-
-def _dig(d, dotted: str, default=None):
-    for k in dotted.split("."):
-        if not isinstance(d, dict) or k not in d:
-            return default
-        d = d[k]
-    return d
-
-
 @dataclass
 class RecipeSettings:
     """What the check needs from an EasyR1 recipe (interpolations resolved)."""
@@ -224,62 +175,27 @@ class RecipeSettings:
     """``worker.reward.reward_function`` as written (``path[:name]``)."""
 
 
-def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
-    """EasyR1's command-line ``key.path=value`` overrides applied to a recipe dict (values parsed as YAML scalars,
-    as OmegaConf does); arguments without ``=`` are ignored.
-
-    >>> apply_overrides({"data": {"val_files": "v"}}, ["data.train_files=/d/t.parquet", "trainer.max_steps=8"])
-    {'data': {'val_files': 'v', 'train_files': '/d/t.parquet'}, 'trainer': {'max_steps': 8}}
-    """
-    import yaml
-
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            continue
-        try:
-            parsed = yaml.safe_load(value) if value.strip() else None
-        except yaml.YAMLError:
-            parsed = value
-        node = recipe
-        *parents, last = key.strip().split(".")
-        for k in parents:
-            if not isinstance(node.get(k), dict):
-                node[k] = {}
-            node = node[k]
-        node[last] = parsed
-    return recipe
-
-
 def read_recipe(
     path: str | Path, env: dict[str, str] | None = None, overrides: list[str] | None = None
 ) -> RecipeSettings:
     """The reward and data settings of an EasyR1 recipe YAML with ``overrides`` (``key=value``) applied. Raises
     :class:`InputError` when unreadable."""
-    import yaml
-
-    path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as e:
-        raise InputError(f"recipe {path}: cannot read ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        raise InputError(f"recipe {path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise InputError(f"recipe {path}: not a YAML mapping")
-    r = resolve_env(apply_overrides(raw, list(overrides or [])), env)
-    fn = _dig(r, "worker.reward.reward_function") or ""
-    kwargs = _dig(r, "worker.reward.reward_function_kwargs") or {}
-    files = [_dig(r, "data.train_files"), _dig(r, "data.val_files")]
+        r = load_recipe(path, overrides, env, resolve=True)
+    except RecipeError as e:
+        raise InputError(str(e)) from None
+    fn = dig(r, "worker.reward.reward_function") or ""
+    kwargs = dig(r, "worker.reward.reward_function_kwargs") or {}
+    files = [dig(r, "data.train_files"), dig(r, "data.val_files")]
     return RecipeSettings(
         uses_quote_reward=isinstance(fn, str) and Path(fn.split(":")[0]).name == "quote_reward.py",
         reward_kwargs=dict(kwargs) if isinstance(kwargs, dict) else {},
         data_files=[f for f in files if f not in (None, "")],
-        image_dir=_dig(r, "data.image_dir"),
-        prompt_key=_dig(r, "data.prompt_key") or "prompt",
-        answer_key=_dig(r, "data.answer_key") or "answer",
-        image_key=_dig(r, "data.image_key") or "images",
-        format_prompt=_dig(r, "data.format_prompt"),
+        image_dir=dig(r, "data.image_dir"),
+        prompt_key=dig(r, "data.prompt_key") or "prompt",
+        answer_key=dig(r, "data.answer_key") or "answer",
+        image_key=dig(r, "data.image_key") or "images",
+        format_prompt=dig(r, "data.format_prompt"),
         reward_function=fn or None,
     )
 
@@ -349,17 +265,10 @@ def _tiny_png() -> bytes:
 
 
 def _takes_url(name: str) -> bool:
-    """Whether encoder ``name`` can be served over HTTP (takes a ``url``), as :func:`make_quote_encoder` decides."""
-    import inspect
+    """Whether encoder ``name`` can be served over HTTP (its registry entry needs a ``url``)."""
+    from data_prep.encoders import ENCODERS
 
-    from data_prep.encoders import ENCODERS, encoder_names
-
-    encoder_names()
-    try:
-        params = inspect.signature(ENCODERS.get(name)).parameters
-    except KeyError:
-        return False
-    return "url" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return name in ENCODERS and ENCODERS.needs(name, "url")
 
 
 # --------------------------------------------------------------------------------------------- the check
@@ -381,151 +290,190 @@ def check_training_set(
     folder. ``format_prompt``: the recipe's jinja format prompt, rendered around each prompt before its
     ``<image>`` placeholders are counted. ``probe``: run the encoder probe and, with a judge URL, the judge probe.
     Never raises for a problem it finds: every one is in the report."""
-    from data_prep.cache import CacheError, load_cache
-    from reward.groundtruth import unpack_ground_truth
+    from reward.judge import JUDGES, OFFLINE_JUDGE
     from reward.pipeline import RewardScorer
+    from reward.resolve import resolver_uses_encoder
 
     report = CheckReport()
-    problems = report.problems
-
     template = None
     if format_prompt is not None:
         try:
             template = Path(format_prompt).read_text(encoding="utf-8")
         except OSError as e:
-            problems.append(
+            report.problems.append(
                 Problem("config", "data.format_prompt", f"{format_prompt}: cannot read ({e.strerror})", rows=0)
             )
 
     # The reward's own set-up (cache dir, judge client): the same code and the same errors as its first call.
-    judge_url = config.judge_url if config.judge == "http" else None
-    try:
-        setup = config if config.judge != "http" or judge_url else dataclasses.replace(config, judge="lexical")
+    judge_needs_url = JUDGES.needs(config.judge, "url")
+    judge_url = config.judge_url if judge_needs_url else None
+    try:  # without its URL the server judge cannot be built: check the rest with the offline one
+        setup = config if not judge_needs_url or judge_url else dataclasses.replace(config, judge=OFFLINE_JUDGE)
         scorer = RewardScorer(setup)
     except InputError as e:
-        problems.append(Problem("config", "reward settings", str(e), rows=0))
+        report.problems.append(Problem("config", "reward settings", str(e), rows=0))
         scorer = None
-    judge = scorer.judge if scorer is not None and config.judge == "http" and judge_url else None
+    judge = scorer.judge if scorer is not None and judge_needs_url and judge_url else None
 
-    docs: dict[str, object] = {}  # doc_key -> CachedDoc, or the CacheError message
-    doc_rows: Counter = Counter()
-    first_row: dict[str, str] = {}
-    probe_row = None  # (GroundTruth, CachedDoc) of the first row whose document loaded
-    exists: dict[Path, bool] = {}
-
+    rows = _RowChecks(report, scorer, template, (prompt_key, answer_key, image_key))
     for spec in data_files:
         for path in _parquet_files(str(spec)):
-            rows, err = _read_rows(path, [prompt_key, answer_key, image_key])
-            if rows is None:
-                problems.append(Problem("data", "data file", err, rows=0))
-                continue
-            report.rows[str(path)] = len(rows)
-            if not rows:
-                problems.append(Problem("data", "data file", f"{path}: no rows", rows=0))
-            base = Path(image_dir) if image_dir is not None else path.parent
-            for i, row in enumerate(rows):
-                where = f"{path.name} row {i}"
-                try:
-                    gt = unpack_ground_truth(row[answer_key])
-                except InputError as e:
-                    problems.append(Problem("ground_truth", where, str(e)))
-                    continue
-                where += f" (qid {gt.qid})"
-                if row.get("doc_key") not in (None, gt.doc_key):
-                    problems.append(
-                        Problem(
-                            "ground_truth",
-                            where,
-                            f"doc_key column {row['doc_key']!r} but answer names {gt.doc_key!r}",
-                            gt.doc_key,
-                        )  # fmt: skip
-                    )
-                doc_rows[gt.doc_key] += 1
-                first_row.setdefault(gt.doc_key, where)
-                cached = None
-                if scorer is not None:
-                    if gt.doc_key not in docs:
-                        try:
-                            docs[gt.doc_key] = load_cache(scorer.cache_dir, gt.doc_key)
-                        except CacheError as e:
-                            docs[gt.doc_key] = str(e)
-                    cached = docs[gt.doc_key] if not isinstance(docs[gt.doc_key], str) else None
-                n_pages = cached.n_pages if cached is not None else None
-                if cached is not None and gt.pages is not None and gt.pages[1] > n_pages:
-                    problems.append(
-                        Problem(
-                            "window",
-                            where,
-                            f"page window {list(gt.pages)} exceeds document {gt.doc_key} ({n_pages} pages)",
-                            gt.doc_key,
-                        )  # fmt: skip
-                    )
-                elif cached is not None and probe_row is None:
-                    probe_row = (gt, cached)
-
-                images = row[image_key] or []
-                missing = []
-                for img in images:
-                    p = Path(img)
-                    p = p if p.is_absolute() else base / p
-                    if p not in exists:
-                        exists[p] = p.is_file()
-                    if not exists[p]:
-                        missing.append(str(p))
-                if missing:
-                    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-                    problems.append(Problem("missing_image", where, f"{missing[0]} does not exist{more}", gt.doc_key))
-                counts = []
-                if gt.pages is not None:
-                    counts.append((gt.pages[1] - gt.pages[0] + 1, f"window {list(gt.pages)}"))
-                elif n_pages is not None:
-                    counts.append((n_pages, "whole document"))
-                prompt = row[prompt_key] or ""
-                if template is not None:
-                    from data_prep.longdocurl import render_prompt_text
-
-                    prompt = render_prompt_text(template, prompt)
-                counts.append((prompt.count("<image>"), "<image> placeholders"))
-                if row.get("n_images") is not None:
-                    counts.append((int(row["n_images"]), "n_images"))
-                wrong = [f"{n} ({what})" for n, what in counts if n != len(images)]
-                if wrong:
-                    problems.append(
-                        Problem("image_count", where, f"{len(images)} images but {', '.join(wrong)}", gt.doc_key)
-                    )
-    report.documents = len(doc_rows)
-
-    for key, value in docs.items():
-        if isinstance(value, str):
-            problems.append(Problem("cache", f"document {key} (first: {first_row[key]})", value, key, doc_rows[key]))
-    loaded = {k: v for k, v in docs.items() if not isinstance(v, str)}
-    for cached in loaded.values():
-        report.encoders[(cached.manifest.get("encoder") or {}).get("name") or "none"] += 1
-    if scorer is not None and config.judge == "http":
-        for key, cached in loaded.items():
-            try:
-                cached.open_pdf().close()
-            except InputError as e:
-                problems.append(Problem("pdf", f"document {key}", str(e), key, doc_rows[key]))
-            except Exception as e:  # a PDF that no longer opens
-                problems.append(Problem("pdf", f"document {key}", f"{type(e).__name__}: {e}", key, doc_rows[key]))
-
-    from reward.resolve import resolver_uses_encoder
+            rows.check_file(path, Path(image_dir) if image_dir is not None else None)
+    loaded = rows.documents()
+    if scorer is not None and JUDGES.needs(config.judge, "crops"):  # its crops are rendered from the PDFs
+        rows.check_pdfs(loaded)
 
     if scorer is not None and resolver_uses_encoder(config.resolver):  # embedding, fused
-        _check_encoders(scorer, loaded, doc_rows, report, probe, probe_row)
+        _check_encoders(scorer, loaded, rows.doc_rows, report, probe, rows.probe_row)
     elif scorer is not None:
         report.probes["embed"] = f"not needed (resolver {config.resolver!r} reads block text)"
 
-    if config.judge != "http":
+    if not judge_needs_url:
         report.probes["judge"] = f"not needed (judge {config.judge!r} runs in the reward)"
     elif scorer is None:
         report.probes["judge"] = "not run (the reward settings do not build: see config)"
     elif judge is None:
         report.probes["judge"] = "not run (no judge URL: give --judge-url)"
     elif probe:
-        _probe_judge(judge, config, probe_row, report)
+        _probe_judge(judge, config, rows.probe_row, report)
     return report
+
+
+class _RowChecks:
+    """The per-row part of :func:`check_training_set`: ground truth, document, page window, images and image
+    counts of every row, each document loaded once."""
+
+    def __init__(self, report: CheckReport, scorer, template: str | None, keys: tuple[str, str, str]) -> None:
+        self.report, self.problems = report, report.problems
+        self.scorer, self.template = scorer, template
+        self.prompt_key, self.answer_key, self.image_key = keys
+        self.docs: dict[str, object] = {}  # doc_key -> CachedDoc, or the CacheError message
+        self.doc_rows: Counter = Counter()
+        self.first_row: dict[str, str] = {}
+        self.probe_row = None  # (GroundTruth, CachedDoc) of the first row whose document loaded
+        self._exists: dict[Path, bool] = {}
+
+    def check_file(self, path: Path, image_dir: Path | None) -> None:
+        rows, err = _read_rows(path, [self.prompt_key, self.answer_key, self.image_key])
+        if rows is None:
+            self.problems.append(Problem("data", "data file", err, rows=0))
+            return
+        self.report.rows[str(path)] = len(rows)
+        if not rows:
+            self.problems.append(Problem("data", "data file", f"{path}: no rows", rows=0))
+        base = image_dir if image_dir is not None else path.parent
+        for i, row in enumerate(rows):
+            self.check_row(f"{path.name} row {i}", row, base)
+        self.report.documents = len(self.doc_rows)
+
+    def _doc(self, doc_key: str):
+        from data_prep.cache import CacheError
+
+        if self.scorer is None:
+            return None
+        if doc_key not in self.docs:
+            try:
+                self.docs[doc_key] = self.scorer.doc(doc_key)
+            except CacheError as e:
+                self.docs[doc_key] = str(e)
+        value = self.docs[doc_key]
+        return None if isinstance(value, str) else value
+
+    def check_row(self, where: str, row: dict, base: Path) -> None:
+        from data_prep.groundtruth import unpack_ground_truth
+
+        try:
+            gt = unpack_ground_truth(row[self.answer_key])
+        except InputError as e:
+            self.problems.append(Problem("ground_truth", where, str(e)))
+            return
+        where += f" (qid {gt.qid})"
+        if row.get("doc_key") not in (None, gt.doc_key):
+            self.problems.append(
+                Problem(
+                    "ground_truth",
+                    where,
+                    f"doc_key column {row['doc_key']!r} but answer names {gt.doc_key!r}",
+                    gt.doc_key,
+                )  # fmt: skip
+            )
+        self.doc_rows[gt.doc_key] += 1
+        self.first_row.setdefault(gt.doc_key, where)
+        cached = self._doc(gt.doc_key)
+        n_pages = cached.n_pages if cached is not None else None
+        if cached is not None and gt.pages is not None and gt.pages[1] > n_pages:
+            self.problems.append(
+                Problem(
+                    "window",
+                    where,
+                    f"page window {list(gt.pages)} exceeds document {gt.doc_key} ({n_pages} pages)",
+                    gt.doc_key,
+                )  # fmt: skip
+            )
+        elif cached is not None and self.probe_row is None:
+            self.probe_row = (gt, cached)
+        images = row[self.image_key] or []
+        self._check_images(where, gt, images, base)
+        self._check_image_count(where, gt, row, images, n_pages)
+
+    def _check_images(self, where: str, gt, images: list, base: Path) -> None:
+        missing = []
+        for img in images:
+            p = Path(img)
+            p = p if p.is_absolute() else base / p
+            if p not in self._exists:
+                self._exists[p] = p.is_file()
+            if not self._exists[p]:
+                missing.append(str(p))
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            self.problems.append(Problem("missing_image", where, f"{missing[0]} does not exist{more}", gt.doc_key))
+
+    def _check_image_count(self, where: str, gt, row: dict, images: list, n_pages: int | None) -> None:
+        """The images of a row must be as many as its page window (or document), its prompt's ``<image>``
+        placeholders (after the format prompt) and its ``n_images``."""
+        counts = []
+        if gt.pages is not None:
+            counts.append((gt.pages[1] - gt.pages[0] + 1, f"window {list(gt.pages)}"))
+        elif n_pages is not None:
+            counts.append((n_pages, "whole document"))
+        prompt = row[self.prompt_key] or ""
+        if self.template is not None:
+            from data_prep.longdocurl import render_prompt_text
+
+            prompt = render_prompt_text(self.template, prompt)
+        counts.append((prompt.count("<image>"), "<image> placeholders"))
+        if row.get("n_images") is not None:
+            counts.append((int(row["n_images"]), "n_images"))
+        wrong = [f"{n} ({what})" for n, what in counts if n != len(images)]
+        if wrong:
+            self.problems.append(
+                Problem("image_count", where, f"{len(images)} images but {', '.join(wrong)}", gt.doc_key)
+            )
+
+    def documents(self) -> dict:
+        """The loaded documents (doc_key -> CachedDoc); a problem for each that did not load; encoder counts."""
+        for key, value in self.docs.items():
+            if isinstance(value, str):
+                self.problems.append(
+                    Problem("cache", f"document {key} (first: {self.first_row[key]})", value, key, self.doc_rows[key])
+                )
+        loaded = {k: v for k, v in self.docs.items() if not isinstance(v, str)}
+        for cached in loaded.values():
+            self.report.encoders[(cached.manifest.get("encoder") or {}).get("name") or "none"] += 1
+        return loaded
+
+    def check_pdfs(self, loaded: dict) -> None:
+        """Every document's PDF opens (the judge's crops are rendered from it)."""
+        for key, cached in loaded.items():
+            try:
+                cached.open_pdf().close()
+            except InputError as e:
+                self.problems.append(Problem("pdf", f"document {key}", str(e), key, self.doc_rows[key]))
+            except Exception as e:  # a PDF that no longer opens
+                self.problems.append(
+                    Problem("pdf", f"document {key}", f"{type(e).__name__}: {e}", key, self.doc_rows[key])
+                )
 
 
 def _check_encoders(scorer, loaded: dict, doc_rows: Counter, report: CheckReport, probe: bool, probe_row) -> None:

@@ -7,7 +7,7 @@ EasyR1's contract (``verl/workers/reward/function.py`` at b44b311): the file is 
 ``custom_reward_fn`` inside a Ray actor (``num_cpus = worker.reward.num_cpus``, synchronous methods, so no event loop
 runs in its thread; the judge's ``run_sync`` copes either way); the kwargs are bound with ``functools.partial`` and the
 batch is passed positionally as a list of ``{"response", "response_length", "ground_truth"}``, where
-``ground_truth`` is the dataset's answer column (our packed JSON, :mod:`reward.groundtruth`). The returned dicts'
+``ground_truth`` is the dataset's answer column (our packed JSON, :mod:`data_prep.groundtruth`). The returned dicts'
 ``overall`` becomes the last token's reward and every key is averaged with ``np.mean`` into ``reward/<key>``, so
 every value must be a number. The n responses of a prompt are consecutive when the reward runs inside online
 filtering, but not in the main step, where ``_balance_batch`` reorders the batch first: groups are therefore found by
@@ -26,6 +26,7 @@ except ImportError:  # loaded by file path from a checkout that is not pip-insta
 
 from reward.config import RewardConfig
 from reward.pipeline import score_batch
+from reward.scoring import is_judged
 
 REWARD_NAME = "quote_reward"
 REWARD_TYPE = "batch"
@@ -35,7 +36,7 @@ def compute_score(reward_inputs: list[dict], **kwargs) -> list[dict]:
     """One dict of numbers per input: overall, answer, relevance, coverage, format_ok, n_quotes, n_citations,
     mean_similarity, unscorable, judge_s. Raises only for misconfiguration (see :mod:`reward.pipeline`)."""
     config = RewardConfig.from_kwargs(**kwargs)
-    if config.reward_form == "lat":  # LAT's rule-based Chain-of-Evidence reward (reward/lat.py): no judge
+    if not is_judged(config.reward_form):  # LAT's rule-based Chain-of-Evidence reward (reward/lat.py): no judge
         from reward.lat import score_batch as lat_score_batch
 
         return [breakdown.to_dict() for breakdown in lat_score_batch(reward_inputs, config)]

@@ -45,7 +45,7 @@ from scipy.optimize import linear_sum_assignment
 from data_prep.cache import CachedDoc
 from data_prep.registry import Registry
 from data_prep.text import tokenize
-from data_prep.types import InputError
+from data_prep.types import BBox, InputError
 
 BM25_K1 = 1.2
 """BM25 term-frequency saturation."""
@@ -73,7 +73,7 @@ class Citation:
     """
 
     page: int
-    bbox: tuple[float, float, float, float]
+    bbox: BBox
     block_id: int
     similarity: float
     quote: str
@@ -138,28 +138,20 @@ def _text_index(cached: CachedDoc) -> _TextIndex:
 
 # --------------------------------------------------------------------------------------------- resolvers
 Scorer = Callable[..., np.ndarray]
-"""``scorer(quotes, cached, ids, encoder) -> (len(quotes), len(ids))``; a scorer with attribute ``uses_context``
-is also given ``context=`` (str or None); one with ``uses_encoder`` needs the document's embeddings."""
-RESOLVERS: Registry[Scorer] = Registry("resolver")
-
-
-def _flags(*, encoder: bool = False, context: bool = False):
-    def deco(fn):
-        fn.uses_encoder = encoder
-        fn.uses_context = context
-        return fn
-
-    return deco
+"""``scorer(quotes, cached, ids, encoder) -> (len(quotes), len(ids))``. Its registry entry says what it needs:
+``encoder`` (the document's embeddings and a quote encoder), ``context`` (it is also given ``context=``, str or
+None: the question and answer)."""
+RESOLVERS: Registry[Scorer] = Registry("resolver", needs=("encoder", "context"))
 
 
 def resolver_uses_encoder(name: str) -> bool:
     """Whether resolver ``name`` embeds the quotes (needs a cache with embeddings and a quote encoder)."""
-    return bool(getattr(RESOLVERS.get(name), "uses_encoder", False))
+    return RESOLVERS.needs(name, "encoder")
 
 
 def resolver_uses_context(name: str) -> bool:
-    """Whether resolver ``name`` reads a context (question + answer) beside the quotes."""
-    return bool(getattr(RESOLVERS.get(name), "uses_context", False))
+    """Whether resolver ``name`` also ranks the blocks against the question and answer (``context=``)."""
+    return RESOLVERS.needs(name, "context")
 
 
 def make_quote_encoder(cached: CachedDoc, name: str | None = None, embed_url: str | None = None):
@@ -223,8 +215,9 @@ def quote_encoder(cached: CachedDoc, encoder=None):
     return encoder
 
 
-@RESOLVERS.register("embedding")
-@_flags(encoder=True)
+@RESOLVERS.register(
+    "embedding", summary="cosine similarity of quote and block embeddings (the paper's)", needs=("encoder",)
+)
 def _embedding_scores(quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, encoder) -> np.ndarray:
     encoder = quote_encoder(cached, encoder)
     q = np.asarray(encoder.embed_texts(list(quotes)), dtype=np.float32)
@@ -232,7 +225,7 @@ def _embedding_scores(quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray,
     return q @ blocks.T
 
 
-@RESOLVERS.register("lexical")
+@RESOLVERS.register("lexical", summary="token overlap of quote and block text (no model)")
 def _lexical_scores(quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, encoder) -> np.ndarray:
     index = _text_index(cached)
     out = np.zeros((len(quotes), len(ids)), dtype=np.float32)
@@ -301,12 +294,12 @@ def okapi_scores(queries: Sequence[Sequence[str]], cached: CachedDoc, ids: np.nd
     return out
 
 
-@RESOLVERS.register("bm25")
+@RESOLVERS.register("bm25", summary="Okapi BM25 of the quote over the document's blocks (no model)")
 def _bm25_scores(quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, encoder) -> np.ndarray:
     return okapi_scores([tokenize(q) for q in quotes], cached, ids)
 
 
-@RESOLVERS.register("bm25_lucene")
+@RESOLVERS.register("bm25_lucene", summary="BM25 with Lucene's idf and length norm (no model)")
 def _bm25_lucene_scores(quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, encoder) -> np.ndarray:
     index = _text_index(cached)
     return bm25_scores([tokenize(q) for q in quotes], [index.tokens[i] for i in ids])
@@ -325,8 +318,9 @@ def _rrf(scores: np.ndarray, weight: float, only_positive: bool) -> np.ndarray:
     return out
 
 
-@RESOLVERS.register("fused")
-@_flags(encoder=True, context=True)
+@RESOLVERS.register(
+    "fused", summary="rank fusion of embedding and BM25, with the question and answer", needs=("encoder", "context")
+)
 def _fused_scores(
     quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, encoder, context: str | None = None
 ) -> np.ndarray:
@@ -362,7 +356,7 @@ def similarity_matrix(
     ids = np.asarray(cached.block_ids_on_pages(pages), dtype=np.int64)
     if not len(quotes) or not len(ids):
         return np.zeros((len(quotes), len(ids)), dtype=np.float32), ids
-    kwargs = {"context": context} if getattr(scorer, "uses_context", False) else {}
+    kwargs = {"context": context} if RESOLVERS.needs(resolver, "context") else {}
     s = np.asarray(scorer(list(quotes), cached, ids, encoder, **kwargs), dtype=np.float32)
     if s.shape != (len(quotes), len(ids)):
         raise RuntimeError(f"resolver {resolver} returned shape {s.shape}, expected {(len(quotes), len(ids))}")

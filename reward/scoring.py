@@ -35,6 +35,7 @@ retries) gets the mean reward of the scorable responses of its group in the same
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -114,13 +115,25 @@ class RewardForm:
         return float(self.fn(scores, self.weights(weights)))
 
 
-REWARD_FORMS: Registry[RewardForm] = Registry("reward form")
+REWARD_FORMS: Registry[RewardForm] = Registry("reward form", needs=("judge", "steps"))
 
 
-def _register(name: str, default_weights: Mapping[str, float], bounds=None, uses_evidence: bool = False):
+def _first_line(fn) -> str:
+    """The docstring's first sentence, without reST markup (the listing command shows it)."""
+    doc = " ".join((fn.__doc__ or "").split("\n\n")[0].split())
+    return re.sub(r":\w+:`([^`]*)`|``([^`]*)``", lambda m: m.group(1) or m.group(2), doc)
+
+
+def _register(
+    name: str, default_weights: Mapping[str, float], bounds=None, uses_evidence: bool = False, judged: bool = True
+):
+    """Register a reward form. ``judged``: it is a formula over the judge's scores (the pipeline of
+    :mod:`reward.pipeline`); a form that is not (``lat``) scores the response itself in :mod:`reward.lat`."""
+
     def deco(fn: ScoreFn) -> ScoreFn:
         form = RewardForm(name, fn, dict(default_weights), dict(bounds or {}), uses_evidence)
-        REWARD_FORMS.register(name)(lambda: form)
+        needs = ("judge",) if judged else ("steps",)
+        REWARD_FORMS.register(name, summary=_first_line(fn), needs=needs)(lambda: form)
         return fn
 
     return deco
@@ -179,11 +192,17 @@ def answer_only(s: JudgeScores, w: Mapping[str, float]) -> float:
     return s.answer / SCORE_MAX
 
 
-@_register("lat", {"format": 1.0, "accuracy": 1.0, "step": 1.0, "ground": 1.0})
+@_register("lat", {"format": 1.0, "accuracy": 1.0, "step": 1.0, "ground": 1.0}, judged=False)
 def lat(s: JudgeScores, w: Mapping[str, float]) -> float:
     """LAT's Chain-of-Evidence reward: computed from the response by :mod:`reward.lat` (the plugin routes it
     there), never from judge scores. Its weights scale LAT's four terms (unit weights, as LAT sums them)."""
     raise InputError("reward form 'lat' is scored by reward.lat from the response, not from judge scores")
+
+
+def is_judged(name: str) -> bool:
+    """Whether reward form ``name`` is a formula over judge scores (:mod:`reward.pipeline`), rather than a reward
+    computed from the response alone (:mod:`reward.lat`)."""
+    return REWARD_FORMS.needs(name, "judge")
 
 
 def get_reward_form(name: str) -> RewardForm:

@@ -114,19 +114,21 @@ EOF
 }
 
 # qc_start NAME LOG GPUS -- CMD...: start CMD in the background in its own process group with
-# CUDA_VISIBLE_DEVICES=GPUS, stdout+stderr to LOG; sets QC_PID_<NAME>. Dry run: prints it.
+# CUDA_VISIBLE_DEVICES=GPUS (GPUS "-": without CUDA_VISIBLE_DEVICES, for an srun step that gets its node's own),
+# stdout+stderr to LOG; sets QC_PID_<NAME>. Dry run: prints it.
 qc_start() {
-  local name=$1 log=$2 gpus=$3
+  local name=$1 log=$2 gpus=$3 pre=(env "CUDA_VISIBLE_DEVICES=$3") shown="CUDA_VISIBLE_DEVICES=$3 "
   shift 4
+  [[ $gpus == - ]] && pre=(env -u CUDA_VISIBLE_DEVICES) shown=""
   if [[ ${QC_DRY_RUN:-0} == 1 ]]; then
-    echo "+ CUDA_VISIBLE_DEVICES=$gpus $(qc_quote "$@") > $log 2>&1 &   # $name"
+    echo "+ $shown$(qc_quote "$@") > $log 2>&1 &   # $name"
     printf -v "QC_PID_$name" '%s' 0
     return 0
   fi
   # setsid: one process group per program, so stopping it also stops what it spawned (Ray, vLLM workers).
-  CUDA_VISIBLE_DEVICES=$gpus setsid "$@" >>"$log" 2>&1 </dev/null &
+  setsid "${pre[@]}" "$@" >>"$log" 2>&1 </dev/null &
   printf -v "QC_PID_$name" '%s' "$!"
-  qc_log "started $name (pid $!, CUDA_VISIBLE_DEVICES=$gpus): $(qc_quote "$@")"
+  qc_log "started $name (pid $!${shown:+, ${shown% }}): $(qc_quote "$@")"
 }
 
 # qc_http_ok URL: true when URL answers HTTP 200 within 5 s.
@@ -193,50 +195,129 @@ qc_sbatch_clean() {
   env "${unset_args[@]}" sbatch --parsable "$@"
 }
 
-# qc_servers_plan: ports, URLs and command lines of the judge and the embedder (QC_JUDGE_ARGV, QC_EMBED_ARGV),
-# from QC_JUDGE_CMD / QC_EMBED_CMD (arrays: the program, e.g. "vllm serve") and the QUOTECITE_* settings.
+# qc_servers_plan: ports, URLs and command lines of the servers: the judge (one or several replicas: QC_SERVERS names
+# them judge, judge2, ...) and the embedder, from QC_JUDGE_CMD / QC_EMBED_CMD (arrays: the program, e.g. "vllm serve")
+# and the QUOTECITE_* settings. Sets QC_JUDGE_URL (comma-separated when there are replicas: the reward spreads its
+# requests over them), QC_EMBED_URL, per server QC_SRV_PORT_<name>, QC_SRV_HOST_<name>, QC_SRV_LABEL_<name>, and, as
+# before, QC_JUDGE_PORT/QC_EMBED_PORT, QC_JUDGE_LABEL/QC_EMBED_LABEL, QC_JUDGE_ARGV/QC_EMBED_ARGV (the first judge's).
+# Where they run comes from launch/layout.py (QC_SERVERS, QC_SRV_NODE_<name>, QC_SRV_POS_<name>, QC_SRV_DEV_<name>,
+# QC_MULTI_NODE); without it (eval_8b.sh): judge and embedder on this node's QC_SERVER_GPUS, as always. On one node the
+# servers listen on 127.0.0.1; on several they listen on, and are reached by, their node's name.
 qc_servers_plan() {
   QC_JUDGE_MODEL=${QUOTECITE_JUDGE_MODEL:-Qwen/Qwen3.5-9B}
   QC_EMBED_MODEL=${QUOTECITE_EMBED_MODEL:-Qwen/Qwen3-VL-Embedding-2B}
   QC_HEALTH_TIMEOUT=${QUOTECITE_HEALTH_TIMEOUT:-1800}
-  QC_JUDGE_PORT=$(qc_free_port "${QUOTECITE_JUDGE_PORT:-8000}")
-  QC_EMBED_PORT=$(qc_free_port "${QUOTECITE_EMBED_PORT:-8001}")
-  [[ $QC_EMBED_PORT == "$QC_JUDGE_PORT" ]] && QC_EMBED_PORT=$(qc_free_port 0)
-  QC_JUDGE_URL=http://127.0.0.1:$QC_JUDGE_PORT/v1
-  QC_EMBED_URL=http://127.0.0.1:$QC_EMBED_PORT/v1
-  QC_JUDGE_LABEL="judge server ($QC_JUDGE_MODEL on GPU $QC_SERVER_GPUS, port $QC_JUDGE_PORT)"
-  QC_EMBED_LABEL="embedding server ($QC_EMBED_MODEL on GPU $QC_SERVER_GPUS, port $QC_EMBED_PORT)"
+  [[ -n ${QC_SERVERS[*]:-} ]] || QC_SERVERS=(judge embed)
+  local name want port taken=" " host node where i=0 judge_urls=()
+  for name in "${QC_SERVERS[@]}"; do
+    case $name in
+      judge) want=${QUOTECITE_JUDGE_PORT:-8000} ;;
+      embed) want=${QUOTECITE_EMBED_PORT:-8001} ;;
+      *) want=$((${QUOTECITE_JUDGE_PORT:-8000} > 0 ? ${QUOTECITE_JUDGE_PORT:-8000} + ${name#judge} : 0)) ;;
+    esac
+    port=$(qc_free_port "$want")
+    while [[ $taken == *" $port "* ]]; do port=$(qc_free_port 0); done
+    taken+="$port "
+    node=$(qc_srv_var NODE "$name")
+    if [[ ${QC_MULTI_NODE:-0} == 1 ]]; then
+      host=$node where="$node GPU $(qc_srv_var POS "$name")"
+    else
+      host=127.0.0.1 where="GPU $(qc_srv_var DEV "$name")"
+    fi
+    printf -v "QC_SRV_PORT_$name" '%s' "$port"
+    printf -v "QC_SRV_HOST_$name" '%s' "$host"
+    if [[ $name == embed ]]; then
+      QC_EMBED_PORT=$port
+      QC_EMBED_URL=http://$host:$port/v1
+      QC_EMBED_LABEL="embedding server ($QC_EMBED_MODEL on $where, port $port)"
+      printf -v "QC_SRV_LABEL_$name" '%s' "$QC_EMBED_LABEL"
+    else
+      i=$((i + 1))
+      judge_urls+=("http://$host:$port/v1")
+      printf -v "QC_SRV_LABEL_$name" '%s' "judge server$( ((i > 1)) && echo " $i") ($QC_JUDGE_MODEL on $where, port $port)"
+      if [[ $name == judge ]]; then
+        QC_JUDGE_PORT=$port
+        QC_JUDGE_LABEL=$QC_SRV_LABEL_judge
+      fi
+    fi
+  done
+  QC_JUDGE_URL=$(IFS=,; echo "${judge_urls[*]}")
+  qc_server_argv judge
+  QC_JUDGE_ARGV=("${QC_SRV_ARGV[@]}")
+  qc_server_argv embed
+  QC_EMBED_ARGV=("${QC_SRV_ARGV[@]}")
+}
+
+# qc_srv_var NODE|POS|DEV NAME: where server NAME runs (launch/layout.py's QC_SRV_<WHAT>_<name>); without a layout:
+# this node, and QC_SERVER_GPUS.
+qc_srv_var() {
+  local v=QC_SRV_$1_$2
+  if [[ -n ${!v:-} ]]; then
+    echo "${!v}"
+  elif [[ $1 == NODE ]]; then
+    echo ""
+  else
+    echo "${QC_SERVER_GPUS:-}"
+  fi
+}
+
+# qc_server_argv NAME: QC_SRV_ARGV, the command line of server NAME (judge, judge2, ..., embed).
+qc_server_argv() {
+  local name=$1 portv=QC_SRV_PORT_$1 hostv=QC_SRV_HOST_$1
   # The judge sees up to recipe's max_crops (6) block crops per request; the embedder runs vLLM's pooling runner
   # (last-token hidden state, L2-normalised: the encoder's embedding). Extra flags split on spaces.
-  # shellcheck disable=SC2206
-  QC_JUDGE_ARGV=("${QC_JUDGE_CMD[@]}" "$QC_JUDGE_MODEL" --host 127.0.0.1 --port "$QC_JUDGE_PORT"
-    --served-model-name "$QC_JUDGE_MODEL" --gpu-memory-utilization "${QUOTECITE_JUDGE_GPU_UTIL:-0.55}"
-    --max-model-len "${QUOTECITE_JUDGE_MAX_MODEL_LEN:-32768}" --limit-mm-per-prompt '{"image": 8}'
-    ${QUOTECITE_JUDGE_ARGS:-})
-  # shellcheck disable=SC2206
-  QC_EMBED_ARGV=("${QC_EMBED_CMD[@]}" "$QC_EMBED_MODEL" --host 127.0.0.1 --port "$QC_EMBED_PORT"
-    --served-model-name "$QC_EMBED_MODEL" --runner pooling
-    --gpu-memory-utilization "${QUOTECITE_EMBED_GPU_UTIL:-0.25}"
-    --max-model-len "${QUOTECITE_EMBED_MAX_MODEL_LEN:-8192}" ${QUOTECITE_EMBED_ARGS:-})
-}
-
-# qc_serve judge|embed LOGDIR: start that server on QC_SERVER_GPUS (log LOGDIR/<name>.log) and wait for its
-# /health. Returns 1 with QC_HEALTH_ERROR set (naming the server and its log) when it does not come up.
-qc_serve() {
-  local name=$1 logdir=$2 label port pidvar
-  if [[ $name == judge ]]; then
-    label=$QC_JUDGE_LABEL port=$QC_JUDGE_PORT
-    qc_start judge "$logdir/judge.log" "$QC_SERVER_GPUS" -- "${QC_JUDGE_ARGV[@]}"
+  if [[ $name == embed ]]; then
+    # shellcheck disable=SC2206
+    QC_SRV_ARGV=("${QC_EMBED_CMD[@]}" "$QC_EMBED_MODEL" --host "${!hostv}" --port "${!portv}"
+      --served-model-name "$QC_EMBED_MODEL" --runner pooling
+      --gpu-memory-utilization "${QUOTECITE_EMBED_GPU_UTIL:-0.25}"
+      --max-model-len "${QUOTECITE_EMBED_MAX_MODEL_LEN:-8192}" ${QUOTECITE_EMBED_ARGS:-})
   else
-    label=$QC_EMBED_LABEL port=$QC_EMBED_PORT
-    qc_start embed "$logdir/embed.log" "$QC_SERVER_GPUS" -- "${QC_EMBED_ARGV[@]}"
+    # shellcheck disable=SC2206
+    QC_SRV_ARGV=("${QC_JUDGE_CMD[@]}" "$QC_JUDGE_MODEL" --host "${!hostv}" --port "${!portv}"
+      --served-model-name "$QC_JUDGE_MODEL" --gpu-memory-utilization "${QUOTECITE_JUDGE_GPU_UTIL:-0.55}"
+      --max-model-len "${QUOTECITE_JUDGE_MAX_MODEL_LEN:-32768}" --limit-mm-per-prompt '{"image": 8}'
+      ${QUOTECITE_JUDGE_ARGS:-})
   fi
-  pidvar=QC_PID_$name
-  qc_wait_health "$label" "http://127.0.0.1:$port/health" "${!pidvar}" "$logdir/$name.log" "$QC_HEALTH_TIMEOUT"
 }
 
-# qc_stop_servers [GRACE]: stop the embedder, then the judge (either may not have started).
+# qc_on_node NAME LOG NODE POSITIONS DEVICES -- CMD...: qc_start CMD on this node with CUDA_VISIBLE_DEVICES=DEVICES
+# when NODE is empty or this job's first node (where the batch script runs), else as an srun step on NODE (one
+# task, sharing the allocation with the other steps: --overlap) through launch/layout.py run, which gives it that
+# node's GPUs at POSITIONS and cleans up its process group. The step's srun is QC_PID_<NAME>: its exit is the
+# program's exit on that node.
+qc_on_node() {
+  local name=$1 log=$2 node=$3 pos=$4 dev=$5
+  shift 6
+  if [[ -z $node || $node == "${QC_LAYOUT_NODES[0]:-}" ]]; then
+    qc_start "$name" "$log" "$dev" -- "$@"
+  else
+    qc_start "$name" "$log" - -- srun --nodes=1 --ntasks=1 -w "$node" --overlap --kill-on-bad-exit=1 \
+      --job-name="$name" "$QC_PY" "$QC_REPO/launch/layout.py" run --gpus "$pos" --grace 5 -- "$@"
+  fi
+}
+
+# qc_serve NAME LOGDIR: start server NAME (judge, judge2, ..., embed) on its GPU (log LOGDIR/<name>.log) and wait for
+# its /health. Returns 1 with QC_HEALTH_ERROR set (naming the server and its log) when it does not come up.
+qc_serve() {
+  local name=$1 logdir=$2 labelv=QC_SRV_LABEL_$1 portv=QC_SRV_PORT_$1 hostv=QC_SRV_HOST_$1 pidvar=QC_PID_$1
+  qc_server_argv "$name"
+  qc_on_node "$name" "$logdir/$name.log" "$(qc_srv_var NODE "$name")" "$(qc_srv_var POS "$name")" \
+    "$(qc_srv_var DEV "$name")" -- "${QC_SRV_ARGV[@]}"
+  qc_wait_health "${!labelv}" "http://${!hostv}:${!portv}/health" "${!pidvar}" "$logdir/$name.log" "$QC_HEALTH_TIMEOUT"
+}
+
+# qc_stop_servers [GRACE]: stop the embedder, then the judge replicas (any may not have started).
 qc_stop_servers() {
-  qc_stop "${QC_PID_embed:-0}" "embedding server" "${1:-20}"
-  qc_stop "${QC_PID_judge:-0}" "judge server" "${1:-20}"
+  local i name pidv servers=(judge embed)
+  [[ -n ${QC_SERVERS[*]:-} ]] && servers=("${QC_SERVERS[@]}")
+  for ((i = ${#servers[@]} - 1; i >= 0; i--)); do
+    name=${servers[i]}
+    pidv=QC_PID_$name
+    case $name in
+      embed) qc_stop "${!pidv:-0}" "embedding server" "${1:-20}" ;;
+      judge) qc_stop "${!pidv:-0}" "judge server" "${1:-20}" ;;
+      *) qc_stop "${!pidv:-0}" "judge server ${name#judge}" "${1:-20}" ;;
+    esac
+  done
 }

@@ -86,11 +86,11 @@ def test_second_run_reuses_the_entry_and_force_rebuilds_it(capsys, small_pdf, tm
         ),
         (  # the server URL means nothing to minilm
             ["--embed-url", "http://127.0.0.1:1/v1"],
-            "--embed-url only apply to --encoder qwen3-vl-embedding (got --encoder minilm)",
+            "--embed-url only applies to --encoder qwen3-vl-embedding (got --encoder minilm)",
         ),
         (  # typo in the encoder name
             ["--encoder", "minlm"],
-            "unknown encoder 'minlm'; did you mean 'minilm'? (known: minilm, qwen3-vl-embedding, none)",
+            "unknown encoder 'minlm'; did you mean 'minilm'? (known: colqwen2, minilm, qwen3-vl-embedding, none)",
         ),
     ],
 )

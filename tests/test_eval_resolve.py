@@ -61,7 +61,7 @@ def test_doc_cache_finds_entries_by_key_pdf_stem_and_sha_prefix(cache, sample_pd
     assert docs.key_for(cache.key) == cache.key
     assert docs.key_for(sample_pdf.stem) == cache.key
     assert docs.key_for(cache.manifest["pdf_sha256"][:12]) == cache.key
-    with pytest.raises(InputError, match="no entry of cache"):
+    with pytest.raises(InputError, match="no cache entry"):
         docs.key_for("other-document")
     with pytest.raises(InputError, match="no entry"):
         DocCache(cache.path.parent, parser="mineru").key_for(sample_pdf.stem)

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.sample import SAMPLE_FACTS
 from data_prep.types import InputError
 from reward.config import RewardConfig
-from reward.groundtruth import GroundTruth, pack_ground_truth
 from reward.lat import (
     LAT_KEYS,
     ImageStepEmbedder,
@@ -364,3 +364,75 @@ def test_each_batch_appends_its_counters_for_the_launch(plugin, cache, tmp_path,
     (line,) = (tmp_path / "metrics" / "reward_counters.jsonl").read_text().splitlines()
     d = json.loads(line)
     assert (d["reward_form"], d["responses"], d["format_ok"], d["step_paid"], d["ground_paid"]) == ("lat", 2, 1, 1, 1)
+
+
+# --------------------------------------------------------------------------------------------- python -m reward score
+def _score_cli(tmp_path, cache, rows, *extra):
+    from data_prep.cli import main
+    from reward.__main__ import COMMANDS
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text(
+        "".join(json.dumps({"response": r, "response_length": 1, "ground_truth": g}) + "\n" for r, g in rows)
+    )
+    argv = ["score", "--inputs", str(src), "--cache-dir", str(cache.path.parent), "--out", str(out), *extra]
+    rc = main("python -m reward", "", COMMANDS, argv)
+    return rc, ([json.loads(x) for x in out.read_text().splitlines()] if out.exists() else None)
+
+
+def test_reward_score_cli_scores_with_the_lat_form(cache, tmp_path, capsys):
+    """``python -m reward score --reward-form lat``: the plugin's numbers, in input order, with the chain's boxes as
+    citations in points; no judge is called (none is configured or reachable)."""
+    cap, table = block(cache, CAPTION), block(cache, "Shenzhen | 150")
+    good = response(cache, [(CAPTION, cap), (ROW, table)], answer_block=table)
+    empty = response(cache, [(CAPTION, cap), (ROW, table)], answer="", answer_block=table)
+    other = json.loads(gt(cache, qid="q2"))
+    rows = [(good, gt(cache)), ("prose", json.dumps(other)), (empty, gt(cache))]  # q1's rows apart: regrouped
+    rc, out = _score_cli(tmp_path, cache, rows, "--reward-form", "lat")
+    assert rc == 0
+    assert [d["overall"] for d in out] == pytest.approx([4.0, -1.0, 2.0])
+    assert all(set(LAT_KEYS) <= set(d) for d in out)
+    w, h = cache.page_sizes[1]
+    cits = out[0]["citations"]
+    assert [(c["page"], c["role"], c["text"]) for c in cits] == [(2, "step", CAPTION), (2, "step", ROW),
+                                                                  (2, "answer", "Shenzhen")]  # fmt: skip
+    x0, y0, x1, y1 = cits[2]["bbox"]
+    assert x0 <= table.bbox[0] and y0 <= table.bbox[1] and x1 >= table.bbox[2] and y1 >= table.bbox[3]
+    assert x1 - x0 < table.bbox[2] - table.bbox[0] + w / 1000 * 2  # the grid rounds outwards by under a unit
+    assert out[1]["citations"] == []
+    assert "reward_form lat" in capsys.readouterr().err
+
+
+def test_reward_score_cli_takes_the_lat_recipe_and_overrides(cache, tmp_path, monkeypatch):
+    """``--recipe recipes/qwen3vl_8b_lat.yaml`` selects the LAT form with the recipe's constants; ``--lat`` overrides
+    one (tau 0.999: no step crop passes, R_step 0)."""
+    monkeypatch.delenv("QUOTECITE_CACHE_DIR", raising=False)  # the recipe's cache_dir is unset: --cache-dir gives it
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "qwen3vl_8b_lat.yaml"
+    cap, table = block(cache, CAPTION), block(cache, "Shenzhen | 150")
+    rows = [(response(cache, [(CAPTION, cap), (ROW, table)], answer_block=table), gt(cache))]
+    rc, (d,) = _score_cli(tmp_path, cache, rows, "--recipe", str(recipe))
+    assert rc == 0 and (d["step"], d["overall"]) == (1.0, 4.0)
+    rc, (d,) = _score_cli(tmp_path, cache, rows, "--recipe", str(recipe), "--lat", "tau=0.999")
+    assert rc == 0 and (d["step"], d["overall"]) == (0.0, 3.0)
+
+
+def test_reward_score_cli_lat_bad_input_is_one_clear_line(cache, tmp_path, capsys):
+    good = response(cache, [(CAPTION, block(cache, CAPTION))], answer_block=None)
+    rc, out = _score_cli(tmp_path, cache, [(good, gt(cache))], "--lat", "tau=0.5")
+    assert rc == 2 and out is None
+    assert "--lat applies to --reward-form lat" in capsys.readouterr().err
+    rc, _ = _score_cli(tmp_path, cache, [(good, gt(cache))], "--reward-form", "lat", "--lat", "tau")
+    assert rc == 2 and "--lat 'tau': expected KEY=VALUE" in capsys.readouterr().err
+    rc, _ = _score_cli(tmp_path, cache, [(good, gt(cache))], "--reward-form", "lat", "--lat", "tua=0.3")
+    assert rc == 2 and "unknown key(s) ['tua']" in capsys.readouterr().err
+    d = json.loads(gt(cache))
+    d["evidence"] = [{"page": 0, "bbox": [0, 0, 1, 1]}]
+    rc, _ = _score_cli(tmp_path, cache, [("x", gt(cache)), ("y", json.dumps(d))], "--reward-form", "lat")
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "in.jsonl: input 2: ground truth 'q1': evidence[0]" in err
+    quote_recipe = Path(__file__).resolve().parents[1] / "recipes" / "qwen3vl_8b_grpo.yaml"
+    other = tmp_path / "other.yaml"
+    other.write_text(quote_recipe.read_text().replace("./reward/quote_reward.py", "./elsewhere.py"))
+    rc, _ = _score_cli(tmp_path, cache, [(good, gt(cache))], "--recipe", str(other))
+    assert rc == 2 and "not reward/quote_reward.py" in capsys.readouterr().err

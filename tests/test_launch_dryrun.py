@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from launch.layout import node_address
+
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 GRPO = str(REPO / "launch" / "grpo_8b.sh")
@@ -385,3 +387,102 @@ def test_preflight_off_starts_the_trainer_despite_a_broken_data_set(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "reward check skipped (QUOTECITE_PREFLIGHT=0)" in r.stderr
     assert segment(run)["status"] == "finished"
+
+
+# --------------------------------------------------------------------------------------------- several nodes
+def slurm_alloc(nodes: int, nodelist: str, gpus: int) -> dict[str, str]:
+    return {"SLURM_JOB_NUM_NODES": str(nodes), "SLURM_JOB_NODELIST": nodelist, "SLURM_GPUS_ON_NODE": str(gpus)}
+
+
+def trainer_of(out: str) -> tuple[list[str], dict[str, str], list[str]]:
+    """The trainer's command: (its CUDA_VISIBLE_DEVICES=... prefix and program, its env, its overrides)."""
+    trainer = next(c for c in plus_lines(out) if "verl.trainer.main" in c)
+    i = trainer.index("verl.trainer.main")
+    env = dict(x.split("=", 1) for x in trainer[2 : i - 2])
+    return trainer[:1], env, trainer[i + 1 :]
+
+
+def test_dry_run_1x3_from_slurm_variables_is_todays_plan_without_ray(tmp_path):
+    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", **slurm_alloc(1, "vm", 3))
+    assert "# GPU split       trainer CUDA_VISIBLE_DEVICES=0,1 (trainer.n_gpus_per_node=2); judge + embedder " \
+           "CUDA_VISIBLE_DEVICES=2" in out  # fmt: skip
+    assert "ray start" not in out and "RAY_ADDRESS" not in out and "srun" not in out
+    prefix, env, over = trainer_of(out)
+    assert prefix == ["CUDA_VISIBLE_DEVICES=0,1"] and "RAY_ADDRESS" not in env
+    assert over[1:3] == ["trainer.nnodes=1", "trainer.n_gpus_per_node=2"]
+    assert env["QUOTECITE_JUDGE_URL"].startswith("http://127.0.0.1:")
+
+
+def test_dry_run_3x1_ray_head_worker_servers_on_the_third_node(tmp_path):
+    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", QUOTECITE_RAY_PORT="0", **slurm_alloc(3, "gpu[01-03]", 1))
+    assert "# nodes           3: gpu01 gpu02 gpu03 (GPUs per node: 1 1 1; SLURM_GPUS_ON_NODE=1)" in out
+    assert "# trainer         2 node(s) x 1 GPU(s): gpu01 gpu02, GPU(s) 0 on each (trainer.nnodes=2 " \
+           "trainer.n_gpus_per_node=1)" in out  # fmt: skip
+    cmds = plus_lines(out)
+    head = next(c for c in cmds if "--head" in c)
+    port = head[head.index("--port") + 1]
+    assert head[0] == "CUDA_VISIBLE_DEVICES=0" and head[head.index("--num-gpus") + 1] == "1"
+    assert head[head.index("--", 1) + 1 :][:3] == ["ray", "start", "--head"]  # through launch/layout.py run
+    assert head[head.index("--node-ip-address") + 1] == node_address("gpu01")  # its address, or the name on a laptop
+    worker = next(c for c in cmds if "--address" in c and "start" in c)
+    assert worker[:6] == ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu02", "--overlap"]
+    ray_args = worker[worker.index("ray") :]
+    assert ray_args[:4] == ["ray", "start", "--address", f"{head[head.index('--node-ip-address') + 1]}:{port}"]
+    assert "--block" in ray_args and ray_args[ray_args.index("--num-gpus") + 1] == "1"
+    assert worker[worker.index("--gpus") + 1] == "0"  # that node's GPU 0
+    judge = next(c for c in cmds if "Qwen/Qwen3.5-9B" in c and "--port" in c)
+    embed = next(c for c in cmds if "Qwen/Qwen3-VL-Embedding-2B" in c and "--port" in c)
+    for srv in (judge, embed):
+        assert srv[:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu03"]
+        assert srv[srv.index("--host") + 1] == "gpu03"  # listens on, and is reached by, its node's name
+    assert any(c[:2] == ["wait", "until"] and "lists" in c for c in cmds)  # waits for both Ray nodes
+    prefix, env, over = trainer_of(out)
+    assert prefix == ["CUDA_VISIBLE_DEVICES=0"]
+    assert env["RAY_ADDRESS"] == ray_args[3]
+    assert env["QUOTECITE_JUDGE_URL"] == f"http://gpu03:{judge[judge.index('--port') + 1]}/v1"
+    assert env["QUOTECITE_EMBED_URL"] == f"http://gpu03:{embed[embed.index('--port') + 1]}/v1"
+    assert over[1:3] == ["trainer.nnodes=2", "trainer.n_gpus_per_node=1"]
+    assert cmds.index(head) < cmds.index(worker) < cmds.index(judge) < cmds.index(embed)
+
+
+def test_dry_run_2x8_trains_on_the_first_node_and_serves_on_the_last_gpu_of_the_second(tmp_path):
+    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", **slurm_alloc(2, "gpu[01-02]", 8))
+    assert "# Ray cluster     none (one trainer node: EasyR1 starts its own)" in out
+    assert "# idle GPUs       gpu02 GPU 0-6" in out
+    cmds = plus_lines(out)
+    assert not any("ray" in c for c in cmds)
+    judge = next(c for c in cmds if "Qwen/Qwen3.5-9B" in c and "--port" in c)
+    assert judge[:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu02"] and judge[judge.index("--gpus") + 1] == "7"
+    prefix, env, over = trainer_of(out)
+    assert prefix == ["CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"] and "RAY_ADDRESS" not in env
+    assert over[1:3] == ["trainer.nnodes=1", "trainer.n_gpus_per_node=8"]
+
+
+def test_dry_run_2x8_two_judge_replicas_and_ray_across_both_nodes(tmp_path):
+    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", QUOTECITE_JUDGE_REPLICAS="2", QUOTECITE_SERVE_GPUS="2",
+                  QUOTECITE_TRAIN_GPUS_PER_NODE="6", **slurm_alloc(2, "gpu[01-02]", 8))  # fmt: skip
+    cmds = plus_lines(out)
+    judges = [c for c in cmds if "Qwen/Qwen3.5-9B" in c and "--port" in c]
+    assert [(c[4], c[c.index("--gpus") + 1]) for c in judges] == [("gpu02", "6"), ("gpu02", "7")]
+    ports = [c[c.index("--port") + 1] for c in judges]
+    assert len(set(ports)) == 2
+    embed = next(c for c in cmds if "Qwen/Qwen3-VL-Embedding-2B" in c and "--port" in c)
+    assert embed[embed.index("--gpus") + 1] == "7" and embed[embed.index("--port") + 1] not in ports
+    prefix, env, over = trainer_of(out)
+    # the reward gets both replicas, comma-separated (reward/replicas.py)
+    assert env["QUOTECITE_JUDGE_URL"] == ",".join(f"http://gpu02:{p}/v1" for p in ports)
+    assert prefix == ["CUDA_VISIBLE_DEVICES=0,1,2,3,4,5"] and "RAY_ADDRESS" in env
+    assert over[1:3] == ["trainer.nnodes=2", "trainer.n_gpus_per_node=6"]
+    worker = next(c for c in cmds if "--address" in c and "start" in c)
+    assert worker[4] == "gpu02" and worker[worker.index("--gpus") + 1] == "0,1,2,3,4,5"
+    check = next(c for c in cmds if "reward" in c and "check" in c)
+    assert check[check.index("--judge-url") + 1] == env["QUOTECITE_JUDGE_URL"]
+    assert "# idle GPUs       gpu01 GPU 6-7" in out
+
+
+def test_dry_run_allocation_too_small_is_an_error_naming_the_variables(tmp_path):
+    r = subprocess.run(["bash", GRPO, "--dry-run"], env=base_env(tmp_path, QUOTECITE_MAX_STEPS="8",
+                       QUOTECITE_SERVE_GPUS="2", **slurm_alloc(2, "n[1-2]", 1)), capture_output=True, text=True,
+                       timeout=60)  # fmt: skip
+    assert r.returncode == 1
+    assert "this job sees 2 GPU(s) (SLURM_GPUS_ON_NODE=1), needs 3: 1 for the trainer, 2 for the judge" in r.stderr

@@ -233,7 +233,7 @@ def test_cli_builds_the_set_and_prints_the_summary(built):
 
 
 def test_parquet_read_by_datasets_has_the_easyr1_columns_and_consistent_rows(built, ldu, shared_cache, tmp_path):
-    from reward.groundtruth import unpack_ground_truth
+    from data_prep.groundtruth import unpack_ground_truth
 
     out = built["out"]
     train, val = read_split(out, "train.parquet", tmp_path), read_split(out, "val.parquet", tmp_path)
@@ -278,7 +278,7 @@ def test_reward_plugin_scores_a_response_against_a_built_row(built, shared_cache
     """The loop closes: the reward unpacks a row's answer column and resolves quotes in the cache built here."""
     import importlib.util
 
-    from reward.groundtruth import unpack_ground_truth
+    from data_prep.groundtruth import unpack_ground_truth
 
     row = read_split(built["out"], "train.parquet", tmp_path)[0]
     gt = unpack_ground_truth(row["answer"])

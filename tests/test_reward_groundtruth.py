@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from data_prep.groundtruth import GroundTruth, pack_ground_truth, unpack_ground_truth
 from data_prep.types import InputError
-from reward.groundtruth import GroundTruth, pack_ground_truth, unpack_ground_truth
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from data_prep.cache import CacheError
+from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.sample import SAMPLE_FACTS
 from data_prep.types import InputError
 from reward.config import RewardConfig
-from reward.groundtruth import GroundTruth, pack_ground_truth
 from reward.judge import ServerOutageError, crop_pngs
 from reward.pipeline import RewardScorer
 from reward.quote_reward import REWARD_NAME, REWARD_TYPE, compute_score

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_prep.cli import main as cli_main
+from data_prep.groundtruth import pack_ground_truth, unpack_ground_truth
 from reward.config import RewardConfig
-from reward.groundtruth import pack_ground_truth, unpack_ground_truth
 from reward.preflight import FAILURE_PREFIX, apply_overrides, check_training_set, resolve_env
 from tests.support.openai_server import Reply, ScriptedOpenAIServer
 from tests.test_longdocurl import PAGE, PIXELS, write_jsonl, write_pdf

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 
 from data_prep.document import Document
-from data_prep.encoders import ENCODERS, l2_normalize
+from data_prep.encoders import l2_normalize
 from data_prep.types import Block
 
 _MODEL = None
@@ -38,7 +38,6 @@ def block_text(block: Block) -> str:
     return text if text else block.type.replace("_", " ")
 
 
-@ENCODERS.register("minilm")
 class MiniLMEncoder:
     name = "minilm"
     dim = 384

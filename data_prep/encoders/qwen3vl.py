@@ -45,7 +45,7 @@ import numpy as np
 from PIL import Image
 
 from data_prep.document import DEFAULT_CROP_DPI, Document
-from data_prep.encoders import ENCODERS, l2_normalize
+from data_prep.encoders import l2_normalize
 from data_prep.encoders.minilm import block_text
 from data_prep.types import BBox, Block, InputError
 
@@ -502,7 +502,6 @@ class HTTPBackend:
 
 
 # ---------------------------------------------------------------------------------------------- the encoder
-@ENCODERS.register("qwen3-vl-embedding")
 class Qwen3VLEmbeddingEncoder:
     """The ``qwen3-vl-embedding`` encoder; keyword arguments are :class:`Qwen3VLEmbeddingSettings` fields."""
 

@@ -6,7 +6,6 @@ Every parser returns blocks in display points (top-left origin, after ``/Rotate`
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Protocol
 
@@ -26,22 +25,29 @@ class Parser(Protocol):
         running the tool. Raises :class:`~data_prep.types.InputError` when ``output`` belongs to another PDF."""
 
 
-PARSERS: Registry[Parser] = Registry("parser")
-
-_MODULES = ("data_prep.parsers.pdftext", "data_prep.parsers.mineru", "data_prep.parsers.docling")
-
-
-def _load_all() -> None:
-    for mod in _MODULES:
-        importlib.import_module(mod)
+PARSERS: Registry[Parser] = Registry("parser", base=Parser, needs=("pdf", "output"))
+# One line per parser: name, "module:class" (imported on first use), what it is, what it needs (``pdf``: it reads the
+# PDF itself; ``output``: it can convert an existing output file of its tool, ``--parser-output``).
+PARSERS.add_lazy(
+    "pdftext",
+    "data_prep.parsers.pdftext:PdfTextParser",
+    summary="the PDF's own text layer, grouped into blocks (CPU, no model)",
+    needs=("pdf",),
+)
+PARSERS.add_lazy(
+    "mineru",
+    "data_prep.parsers.mineru:MinerUParser",
+    summary="MinerU's layout model (its own venv; or its middle.json / content list)",
+    needs=("pdf", "output"),
+)
+PARSERS.add_lazy("docling", "data_prep.parsers.docling:DoclingParser",
+                 summary="Docling's layout model (optional extra; or its JSON export)", needs=("pdf", "output"))  # fmt: skip
 
 
 def get_parser(name: str, **kwargs) -> Parser:
-    """Instantiate a registered parser by name (``pdftext``, ``mineru``, ``docling``)."""
-    _load_all()
+    """Instantiate a registered parser by name (``python -m quotecite plugins`` lists them)."""
     return PARSERS.create(name, **kwargs)
 
 
 def parser_names() -> list[str]:
-    _load_all()
     return PARSERS.names()

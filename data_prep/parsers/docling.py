@@ -31,7 +31,6 @@ from pathlib import Path
 
 from data_prep.document import Document
 from data_prep.geometry import finite_box, page_box
-from data_prep.parsers import PARSERS
 from data_prep.text import token_f1, tokenize
 from data_prep.types import BBox, Block, InputError, renumber
 
@@ -338,8 +337,3 @@ class DoclingParser:
             ) from None
         result = DocumentConverter().convert(str(doc.path))
         return convert_docling_dict(result.document.export_to_dict(), doc, f"Docling output for {doc.path}")
-
-
-@PARSERS.register("docling")
-def _make(**kwargs) -> DoclingParser:
-    return DoclingParser(**kwargs)

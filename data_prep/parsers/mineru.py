@@ -34,27 +34,29 @@ subprocess with ``HOME`` set to a scratch directory; MinerU 4.0.12's ``flash`` t
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import json
 import logging
 import os
 import re
 import shutil
-import signal
-import subprocess
-import tempfile
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, ClassVar
 
 from data_prep.document import Document
 from data_prep.geometry import finite_box, page_box
-from data_prep.parsers import PARSERS
-from data_prep.types import Block, InputError, renumber
+from data_prep.parsers.mineru_run import installed_version, run_mineru
+from data_prep.parsers.mineru_text import (  # noqa: F401  (html_table_text, latex_plain: part of this module's API)
+    _inline_text,
+    _lines_text,
+    _markdown_math,
+    _math,
+    html_table_text,
+    latex_plain,
+)
+from data_prep.types import BBox, Block, InputError, renumber
 
 log = logging.getLogger(__name__)
 
@@ -102,199 +104,6 @@ _FILL_TYPES = {"table", "equation", "header", "footer"}  # missing text may come
 _MAX_CHAIN = 8  # merged-away parts considered per surviving block (a paragraph spans a few columns at most)
 _FURNITURE = {"discarded", "page_number", "aside_text", "page_footnote"}  # sorted after the page body
 _V4_CHILD_TYPES = {t for t in _TYPE_MAP if t.endswith(("_body", "_caption", "_footnote")) and t != "page_footnote"}
-
-
-# ---------------------------------------------------------------------------------------------------- text helpers
-def _is_cjk(ch: str) -> bool:
-    o = ord(ch)
-    return (
-        0x3000 <= o <= 0x30FF  # CJK punctuation, kana
-        or 0x3400 <= o <= 0x4DBF
-        or 0x4E00 <= o <= 0x9FFF
-        or 0xF900 <= o <= 0xFAFF
-        or 0xFF00 <= o <= 0xFFEF  # full-width forms
-        or 0xAC00 <= o <= 0xD7AF
-    )
-
-
-def _join(parts: Iterable[str]) -> str:
-    """Join pieces of text (spans, lines) as MinerU's markdown does: a space between Latin pieces, none next to
-    CJK or inside punctuation, and a word hyphenated at a line end ("medi-" + "cation") rejoined.
-
-    >>> _join(["Hongzhi", "Liu1*", ", and medi-", "cation (see", "[3]", ")"])
-    'Hongzhi Liu1*, and medication (see [3])'
-    """
-    out = ""
-    for p in parts:
-        p = p.strip()
-        if not p:
-            continue
-        if not out:
-            out = p
-        elif out.endswith("-") and len(out) > 1 and out[-2].isalpha() and p[0].islower():
-            out = out[:-1] + p
-        elif _is_cjk(out[-1]) or _is_cjk(p[0]) or p[0] in ",.;:!?)]}%" or out[-1] in "([{":
-            out += p
-        else:
-            out += " " + p
-    return out
-
-
-_GREEK = (
-    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon phi "
-    "chi psi "
-    "omega"
-).split()
-_LATEX_SYMBOLS = {
-    **{g: chr(0x3B1 + i + (1 if i >= 17 else 0)) for i, g in enumerate(_GREEK)},  # skips final sigma U+03C2
-    **{g.capitalize(): chr(0x391 + i + (1 if i >= 17 else 0)) for i, g in enumerate(_GREEK)},
-    "varepsilon": "ε", "vartheta": "ϑ", "varphi": "φ", "varrho": "ϱ", "varsigma": "ς", "varpi": "ϖ",
-    "in": "∈", "notin": "∉", "ni": "∋", "cup": "∪", "cap": "∩", "subset": "⊂", "subseteq": "⊆", "supset": "⊃",
-    "times": "×", "cdot": "·", "pm": "±", "mp": "∓", "div": "÷", "ast": "*", "star": "⋆", "circ": "°",
-    "odot": "⊙", "oplus": "⊕", "otimes": "⊗", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "neq": "≠", "ne": "≠",
-    "approx": "≈", "sim": "∼", "simeq": "≃", "equiv": "≡", "propto": "∝", "infty": "∞", "partial": "∂",
-    "nabla": "∇", "forall": "∀", "exists": "∃", "neg": "¬", "wedge": "∧", "vee": "∨", "prime": "′",
-    "to": "→", "rightarrow": "→", "leftarrow": "←", "Rightarrow": "⇒", "leftrightarrow": "↔", "mid": "|",
-    "parallel": "∥", "ldots": "…", "cdots": "⋯", "dots": "…", "sum": "∑", "prod": "∏", "int": "∫",
-    "sqrt": "√", "dag": "†", "ddag": "‡", "langle": "⟨", "rangle": "⟩", "lbrace": "{", "rbrace": "}",
-    "%": "%", "&": "&", "#": "#", "_": "_", "{": "{", "}": "}", "$": "$", "|": "‖",
-    **{f: f + " " for f in "log ln exp sin cos tan sinh cosh tanh max min argmax argmin lim sup inf det Pr".split()},
-}  # fmt: skip
-_LATEX_TOKEN = re.compile(r"\\([A-Za-z]+|.)|([{}^_~&])|(\s+)|(.)", re.S)
-_LATEX_ENV = re.compile(r"\\begin\s*\{\s*(array|tabular)\s*\}\s*\{[^{}]*\}|\\(begin|end)\s*\{[^{}]*\}")
-
-
-def latex_plain(latex: str) -> str:
-    """Plain text of a LaTeX formula as a reader quoting the rendered page would type it: symbol commands become
-    Unicode, other commands, braces, sub/superscript marks and math spacing are dropped.
-
-    >>> latex_plain(r"\\mathbf { L i u } ^ { 1 * }")
-    'Liu1*'
-    >>> latex_plain(r"2 5 { \\pm } 3 ~ ^ { \\circ } \\mathrm { C }")
-    '25±3°C'
-    """
-    out = []
-    for cmd, struct, _space, ch in _LATEX_TOKEN.findall(_LATEX_ENV.sub(" ", latex)):
-        if cmd:
-            if cmd == "\\":
-                out.append(" ")  # a line break of an array
-            elif cmd in _LATEX_SYMBOLS:
-                out.append(_LATEX_SYMBOLS[cmd])
-            # other commands (\\mathbf, \\frac, \\left, \\, ...) only shape what follows: drop them
-        elif struct == "&":
-            out.append(" ")
-        elif ch:
-            out.append(ch)
-    return re.sub(r"\s+", " ", "".join(out)).strip()
-
-
-class _TableText(HTMLParser):
-    """HTML table -> plain text: cells joined by ``" | "``, rows by newlines."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[list[str]] = []
-        self._cell: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs) -> None:
-        if tag == "tr":
-            self.rows.append([])
-        elif tag in ("td", "th"):
-            if not self.rows:
-                self.rows.append([])
-            self._cell = []
-        elif tag == "br" and self._cell is not None:
-            self._cell.append(" ")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("td", "th") and self._cell is not None:
-            self.rows[-1].append(re.sub(r"\s+", " ", "".join(self._cell)).strip())
-            self._cell = None
-
-    def handle_data(self, data: str) -> None:
-        if self._cell is not None:
-            self._cell.append(data)
-
-
-def html_table_text(html: str) -> str:
-    """Plain text of an HTML table: cells joined by ``" | "``, rows by ``"\\n"``; empty rows dropped.
-
-    >>> html_table_text("<table><tr><td>a</td><td>b</td></tr><tr><td>1</td><td>2</td></tr></table>")
-    'a | b\\n1 | 2'
-    """
-    p = _TableText()
-    p.feed(html)
-    p.close()
-    if not p.rows:  # not a table after all: keep its text
-        return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).strip()
-    return "\n".join(" | ".join(r) for r in p.rows if any(r))
-
-
-def _math(latex: str, plain: bool, inline: bool = True) -> str:
-    """A formula as block text: :func:`latex_plain` when ``plain``, else LaTeX (``$...$`` when inline)."""
-    latex = latex.strip()
-    if not latex:
-        return ""
-    if plain:
-        return latex_plain(latex)
-    return f"${latex}$" if inline else latex
-
-
-def _markdown_math(text: str, plain: bool) -> str:
-    """Markdown text with ``$...$``/``$$...$$`` formulas (content_list): formulas made plain when ``plain``."""
-    if not plain:
-        return text
-    return re.sub(r"\$\$(.+?)\$\$|\$(.+?)\$", lambda m: latex_plain(m.group(1) or m.group(2)), text, flags=re.S)
-
-
-def _span_text(span: dict, plain: bool) -> str:
-    """Text of one MinerU 0.10/2.x span (its points-space ``bbox`` is not needed here)."""
-    kind = span.get("type")
-    if kind == "table":
-        html = span.get("html") or span.get("content") or ""
-        return html_table_text(html) if html else ""
-    if kind == "image":
-        return ""
-    content = span.get("content") or ""
-    if kind == "inline_equation":
-        return _math(content, plain)
-    if kind == "interline_equation":
-        return _math(content, plain, inline=False)
-    return content
-
-
-def _line_text(line: dict, plain: bool) -> str:
-    return _join(_span_text(s, plain) for s in line.get("spans", []))
-
-
-def _lines_text(lines: list[dict], plain: bool) -> str:
-    return _join(_line_text(line, plain) for line in lines)
-
-
-def _inline_text(spans: Any, plain: bool) -> str:
-    """Text of a 4.x ``content``: a string, a list of inline spans (text, equation_inline, code_inline,
-    hyperlink), or a list of child blocks (list items)."""
-    if spans is None:
-        return ""
-    if isinstance(spans, str):
-        return spans
-    if not isinstance(spans, list):
-        return ""
-    pieces: list[str] = []
-    for s in spans:
-        if not isinstance(s, dict):
-            continue
-        kind = s.get("type")
-        if isinstance(s.get("content"), list) and kind != "hyperlink":
-            pieces.append("\n" + _inline_text(s.get("content"), plain) + "\n")  # a child block, e.g. a list item
-        elif kind == "hyperlink":
-            pieces.append(_inline_text(s.get("content"), plain))
-        elif kind == "equation_inline":
-            pieces.append("\0" + _math(str(s.get("content", "")), plain) + "\0")  # a space only between words
-        else:
-            pieces.append(str(s.get("content", "")))
-    text = re.sub(r"(?<=\w)\0+(?=\w)", " ", "".join(pieces)).replace("\0", "")
-    return "\n".join(re.sub(r"[ \t]+", " ", ln).strip() for ln in text.split("\n") if ln.strip())
 
 
 # ---------------------------------------------------------------------------------------------------- geometry
@@ -375,7 +184,7 @@ def _split_merged(units: list[_Unit], tol: float, plain: bool) -> None:
             last_body = u
 
 
-def _page_band_type(bbox: tuple[float, float, float, float], height: float, band: float) -> str:
+def _page_band_type(bbox: BBox, height: float, band: float) -> str:
     cy = (bbox[1] + bbox[3]) / 2
     if cy < band * height:
         return "header"
@@ -390,7 +199,7 @@ class _Out:
 
     key: int
     page: int
-    bbox: tuple[float, float, float, float]
+    bbox: BBox
     type: str
     text: str
     parent_key: int | None = None
@@ -449,7 +258,7 @@ class MinerUParser:
         """``mineru-<installed version>-<tier>`` or ``mineru-convert`` when MinerU is not installed, plus the
         converter revision (``-c<N>``) so that a change of this module invalidates caches."""
         binary = self.resolved_binary()
-        ver = _installed_version(binary) if binary else None
+        ver = installed_version(binary) if binary else None
         base = f"mineru-{ver}-{self.tier}" if ver else "mineru-convert"
         return f"{base}-c{CONVERTER_REVISION}"
 
@@ -470,21 +279,9 @@ class MinerUParser:
             wanted = self.binary or os.environ.get("QUOTECITE_MINERU_BIN")
             where = f"{wanted} does not exist" if wanted else "no mineru-kit in .venv-mineru or on PATH"
             raise InputError(f"{doc.path}: cannot run MinerU ({where}); run `make mineru` or set QUOTECITE_MINERU_BIN")
-        with tempfile.TemporaryDirectory(prefix="quotecite-mineru-") as tmp:
-            out_dir = Path(tmp) / "out"
-            home = Path(self.home) if self.home else Path(tmp) / "home"
-            home.mkdir(parents=True, exist_ok=True)
-            cmd = [binary, "parse", str(Path(doc.path).resolve()), "--tier", self.tier, "-f", "middle_json"]
-            cmd += ["-o", str(out_dir)]
-            env = dict(os.environ, HOME=str(home))
-            t0 = time.monotonic()
-            logtext, rc = _run_logged(cmd, env, self.timeout_s, doc.path)
+        t0 = time.monotonic()
+        with run_mineru(binary, Path(doc.path), self.tier, self.timeout_s, self.home, _is_middle) as found:
             seconds = time.monotonic() - t0
-            if rc != 0:
-                raise InputError(f"{doc.path}: MinerU ({self.tier}) failed with exit code {rc}: {_tail(logtext)}")
-            found = _find_middle_json(out_dir, Path(doc.path).stem)
-            if found is None:
-                raise InputError(f"{doc.path}: MinerU ({self.tier}) wrote no middle JSON: {_tail(logtext)}")
             blocks = self.convert(doc, found)
         log.info("mineru %s: %d pages -> %d blocks in %.1f s", doc.path, doc.n_pages, len(blocks), seconds)
         return blocks
@@ -745,10 +542,12 @@ class MinerUParser:
         return outs
 
 
-PARSERS.register("mineru")(MinerUParser)
-
-
 # ---------------------------------------------------------------------------------------------------- helpers
+def _is_middle(data: Any) -> bool:
+    """A middle JSON (what :meth:`MinerUParser.run` converts) of either MinerU generation."""
+    return detect_schema(data) in ("docvortex_middle", "legacy_middle")
+
+
 def detect_schema(data: Any) -> str:
     """Which MinerU output ``data`` (parsed JSON) is: ``legacy_middle`` (0.10/2.x middle.json),
     ``docvortex_middle`` (4.x), ``docvortex_other`` (another docvortex file), ``content_list`` (2.x),
@@ -784,7 +583,7 @@ def _legacy_unit(seq: int, page: int, b: dict) -> _Unit:
     return _Unit(seq, page, str(b.get("type", "")), bbox, lines, deleted)
 
 
-def _v4_bbox(path: Path, page: int, bbox: Any, fallback, w: float, h: float) -> tuple[float, float, float, float]:
+def _v4_bbox(path: Path, page: int, bbox: Any, fallback, w: float, h: float) -> BBox:
     """A 4.x bbox (0-1 of the displayed page) in display points; children without a bbox take their parent's."""
     if bbox is None and fallback is not None:
         return fallback
@@ -807,88 +606,3 @@ def _clean_layer_text(text: str) -> str:
     """Text from pdfium's text layer: its soft-hyphen marks (U+0002 at a line end) rejoined, CRs dropped."""
     text = re.sub(r"\x02\r?\n?", "", text.replace("\r\n", "\n"))
     return re.sub(r"[ \t]+", " ", text.replace("\r", "")).strip()
-
-
-def _tail(text: str, n_lines: int = 4, n_chars: int = 400) -> str:
-    """The last lines of a log on one line."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    tail = " | ".join(lines[-n_lines:]) or "(no output)"
-    return tail if len(tail) <= n_chars else "..." + tail[-n_chars:]
-
-
-def _run_logged(cmd: list[str], env: dict, timeout_s: float, pdf: Path) -> tuple[str, int]:
-    """Run ``cmd`` in its own process group with stdout+stderr captured; kill the group on timeout."""
-    try:
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True, text=True
-        )
-    except OSError as e:
-        raise InputError(f"{pdf}: cannot start MinerU ({cmd[0]}: {e.strerror})") from None
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = proc.communicate()
-        raise InputError(f"{pdf}: MinerU timed out after {timeout_s:g} s: {_tail(out or '')}") from None
-    return out or "", proc.returncode
-
-
-def _iter_json(root: Path) -> Iterator[Path]:
-    if root.is_dir():
-        yield from sorted(root.rglob("*.json"))
-
-
-def _find_middle_json(out_dir: Path, stem: str) -> Path | None:
-    """The middle JSON MinerU wrote under ``out_dir`` (4.x: ``<stem>.json``; 2.x: ``<stem>_middle.json``)."""
-    found = []
-    for p in _iter_json(out_dir):
-        try:
-            with open(p, encoding="utf-8") as f:
-                kind = detect_schema(json.load(f))
-        except (OSError, ValueError):
-            continue
-        if kind in ("docvortex_middle", "legacy_middle"):
-            found.append(p)
-    if not found:
-        return None
-    exact = [p for p in found if p.stem in (stem, f"{stem}_middle")]
-    return (exact or found)[0]
-
-
-@functools.lru_cache(maxsize=8)
-def _installed_version(binary: str) -> str | None:
-    """``importlib.metadata.version("mineru")`` as MinerU's own interpreter sees it (cached per binary)."""
-    python = _interpreter_of(binary)
-    if python is None:
-        return None
-    try:
-        r = subprocess.run(
-            [python, "-c", "import importlib.metadata as m; print(m.version('mineru'))"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    ver = r.stdout.strip()
-    return ver if r.returncode == 0 and ver else None
-
-
-def _interpreter_of(binary: str) -> str | None:
-    """The Python interpreter of a console script: ``python`` beside it, else its ``#!`` line."""
-    sibling = Path(binary).parent / "python"
-    if sibling.exists():
-        return str(sibling)
-    try:
-        with open(binary, "rb") as f:
-            first = f.readline(512).decode("utf-8", "replace")
-    except OSError:
-        return None
-    if first.startswith("#!"):
-        parts = first[2:].split()
-        if parts and Path(parts[0]).name.startswith("python") and Path(parts[0]).exists():
-            return parts[0]
-    return None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,8 +25,7 @@ import pypdfium2 as pdfium
 from scipy import ndimage
 
 from data_prep.document import SOFT_HYPHEN, Document, TextLine
-from data_prep.parsers import PARSERS
-from data_prep.text import tokenize
+from data_prep.text import is_cjk, tokenize
 from data_prep.types import BBox, Block, InputError, clip_bbox, renumber
 
 PDFTEXT_VERSION = 2
@@ -157,10 +155,6 @@ def _center_inside(b: BBox, region: BBox, tol: float = 0.0) -> bool:
     return region[0] - tol <= cx <= region[2] + tol and region[1] - tol <= cy <= region[3] + tol
 
 
-def _is_cjk(ch: str) -> bool:
-    return bool(ch) and (unicodedata.east_asian_width(ch) in ("W", "F"))
-
-
 def join_lines(texts: list[str]) -> str:
     """Join the lines of a paragraph: no space between two CJK characters (Chinese wraps mid-sentence), none
     after a line that ends in a soft hyphen (U+00AD, see :meth:`Document.text_lines`: the word goes on, the mark
@@ -178,7 +172,7 @@ def join_lines(texts: list[str]) -> str:
             continue
         if out.endswith(SOFT_HYPHEN):
             out = out[:-1]
-        elif out and not (_is_cjk(out[-1]) and _is_cjk(t[0])):
+        elif out and not (is_cjk(out[-1]) and is_cjk(t[0])):
             out += " "
         out += t
     return out.removesuffix(SOFT_HYPHEN)
@@ -516,7 +510,7 @@ class _PageParser:
                     and not _CAPTION_RE.match(ln.text)
                 ):
                     main = prev if len(prev.text) >= len(ln.text) else ln
-                    sep = "" if _is_cjk(prev.text[-1]) and _is_cjk(ln.text[0]) else " "
+                    sep = "" if is_cjk(prev.text[-1]) and is_cjk(ln.text[0]) else " "
                     # Bold only if both parts are: a bold run-in heading does not make its sentence a title.
                     bold = prev.bold and ln.bold
                     text = _hard(prev.text) + sep + ln.text
@@ -705,7 +699,7 @@ def _merge_fragments(lines: list[TextLine], cfg: PdfTextConfig) -> list[_Line]:
             overlap = min(prev.bbox[3], t.bbox[3]) - max(prev.bbox[1], t.bbox[1])
             gap = t.bbox[0] - prev.bbox[2]
             if h > 0 and overlap >= 0.5 * h and -0.3 * em <= gap <= cfg.fragment_gap_em * em:
-                sep = "" if gap < 0.15 * em or (_is_cjk(prev.text[-1]) and _is_cjk(t.text[0])) else " "
+                sep = "" if gap < 0.15 * em or (is_cjk(prev.text[-1]) and is_cjk(t.text[0])) else " "
                 n = len(t.text)
                 size = t.font_size if n > weights[-1] else prev.size
                 bold = prev.bold and t.bold  # a bold lead-in plus plain text is not a bold line
@@ -771,8 +765,3 @@ def _furniture(
             )
         }
     return out
-
-
-@PARSERS.register("pdftext")
-def _make(**kwargs) -> PdfTextParser:
-    return PdfTextParser(**kwargs)

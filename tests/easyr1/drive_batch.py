@@ -36,7 +36,7 @@ def main() -> None:
     from verl.workers.fsdp_workers import FSDPWorker
     from verl.workers.reward import AutoRewardManager
 
-    from reward.groundtruth import unpack_ground_truth
+    from data_prep.groundtruth import unpack_ground_truth
 
     start_local_ray()
     out: dict = {"ok": True}
@@ -109,8 +109,9 @@ def main() -> None:
         text = str(e)
         out.update(ok=False, error_type=type(e).__name__, error_last_line=text.strip().splitlines()[-1], error=text)
         out["generate_calls"] = rollout.calls
-        report(out)
         traceback.print_exc()
+        _close(trainer)
+        report(out)
         return
     trainer._balance_batch(batch, metrics=metrics)
     batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
@@ -147,10 +148,18 @@ def main() -> None:
     out["metrics"] = {
         k: (float(v) if isinstance(v, (int, float, np.floating)) else str(v)) for k, v in metrics.items()
     }
+    _close(trainer)
+    report(out)
+
+
+def _close(trainer) -> None:
+    """Finish the loggers and Ray now, as the trainer's process would at its end: a wandb run left to
+    ``Tracker.__del__`` at interpreter exit waits forever on its already stopped service."""
+    import ray
+
     for logger in trainer.logger.loggers:
         logger.finish()
     trainer.logger.loggers = []
-    report(out)
     ray.shutdown()
 
 

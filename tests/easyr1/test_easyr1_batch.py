@@ -63,7 +63,7 @@ def built(tmp_path_factory):
     import pyarrow.parquet as pq
 
     from data_prep.cache import load_cache
-    from reward.groundtruth import unpack_ground_truth
+    from data_prep.groundtruth import unpack_ground_truth
 
     rows = {name: pq.read_table(out / f"{name}.parquet").to_pylist() for name in ("train", "val")}
     assert len(rows["train"]) == 2 and len(rows["val"]) == 1
@@ -144,8 +144,8 @@ def test_rlhf_dataset_sees_the_image_tokens_the_builder_counted(step, built):
     image to exactly the tokens data_prep.qwen_tokens counted when it fitted the window into the prompt budget."""
     from PIL import Image
 
+    from data_prep.groundtruth import unpack_ground_truth
     from data_prep.qwen_tokens import image_tokens
-    from reward.groundtruth import unpack_ground_truth
 
     seen = {(d["split"], d["qid"]): d for d in step["rep"]["dataset"]}
     assert len(seen) == len(built["rows"]["train"]) + len(built["rows"]["val"])  # no row filtered as overlong

@@ -49,9 +49,9 @@ def _jsonl(path: Path, rows) -> Path:
 def hostile_env(sample_pdf, tmp_path_factory) -> HostileEnv:
     from data_prep.cache import build_cache
     from data_prep.encoders import get_encoder
+    from data_prep.groundtruth import GroundTruth, pack_ground_truth
     from data_prep.parsers import get_parser
     from data_prep.sample import SAMPLE_FACTS
-    from reward.groundtruth import GroundTruth, pack_ground_truth
 
     root = tmp_path_factory.mktemp("hostile")
     cache_dir = root / "cache"

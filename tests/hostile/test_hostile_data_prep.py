@@ -589,7 +589,7 @@ CASES = [
     Case(
         "embed-url-with-minilm",
         blocks_cmd("--embed-url", "http://127.0.0.1:9/v1", encoder="minilm"),
-        clean_error("only apply to --encoder qwen3-vl-embedding"),
+        clean_error("only applies to --encoder qwen3-vl-embedding"),
         SAMPLE,
     ),  # fmt: skip
     Case("no-cache-dir", ["data_prep", "blocks", "{pdf}", "--parser", "pdftext"], clean_error("--cache-dir"), SAMPLE),

@@ -168,7 +168,7 @@ def deep_json_line(c) -> None:
 
 
 def gt_of(rs, **changes):
-    from reward.groundtruth import pack_ground_truth, unpack_ground_truth
+    from data_prep.groundtruth import pack_ground_truth, unpack_ground_truth
 
     for r in rs:
         gt = unpack_ground_truth(r["ground_truth"])
@@ -389,7 +389,12 @@ CASES: list[Case] = [
         clean_error("resolver"),
         env_inputs,
     ),
-    Case("option-reward-form-unknown", [*LEX, "--reward-form", "gatted"], clean_error("reward_form"), env_inputs),
+    Case(
+        "option-reward-form-unknown",
+        [*LEX, "--reward-form", "gatted"],
+        clean_error("--reward-form", "gatted"),
+        env_inputs,
+    ),
     Case(
         "option-encoder-mismatch",
         [*BASE, "--judge", "lexical", "--encoder", "qwen3-vl-embedding"],

@@ -28,6 +28,9 @@ the tracker), so a test can kill the job mid-checkpoint; ``QUOTECITE_STANDIN_FAI
 ``QUOTECITE_STANDIN_GATE=PATH``: the trainer starts step N only once PATH holds an integer >= N (it waits, polling,
 when the file is missing or lower), so a test decides exactly where a job stands when it signals or requeues it,
 whatever the machine's speed.
+With ``RAY_ADDRESS`` set (a job on several trainer nodes) it first joins that Ray cluster as EasyR1's ``ray.init()``
+does, prints the live nodes and their GPUs as one ``{"standin": "ray", ...}`` line, and exits 1 unless
+``trainer.nnodes`` of them offer ``trainer.n_gpus_per_node`` GPUs each.
 Metric values are a pure function of the step, so a rerun of a step logs the same numbers.
 """
 
@@ -237,6 +240,8 @@ class Trainer:
         if len(gpus) != self.world:
             print(f"error: n_gpus_per_node={self.world} but CUDA_VISIBLE_DEVICES={gpus}", file=sys.stderr)
             return 1
+        if os.environ.get("RAY_ADDRESS") and not self.check_ray_cluster():
+            return 1
         signal.signal(signal.SIGUSR1, self.on_usr1)
         self.start_logger()
         self.load()
@@ -269,6 +274,30 @@ class Trainer:
             self.save()
         print(f"exiting at step {self.step}" + (" (SIGUSR1)" if self.stop else ""), flush=True)
         return 0
+
+    def check_ray_cluster(self) -> bool:
+        """What EasyR1's ``ray.init()`` does under ``RAY_ADDRESS``: join the job's cluster, which must offer
+        ``trainer.n_gpus_per_node`` GPUs on each of ``trainer.nnodes`` nodes (EasyR1 places one worker per GPU there).
+        Prints one ``{"standin": "ray", ...}`` line with the live nodes it saw, then disconnects."""
+        import ray
+
+        nnodes = int(get(self.cfg, "trainer.nnodes", 1))
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False, logging_level="WARNING")
+        try:
+            nodes = [
+                {"address": n["NodeManagerAddress"], "gpus": n["Resources"].get("GPU", 0), "id": n["NodeID"]}
+                for n in ray.nodes()
+                if n["Alive"]
+            ]
+        finally:
+            ray.shutdown()
+        print(json.dumps({"standin": "ray", "address": os.environ["RAY_ADDRESS"], "nodes": nodes}), flush=True)
+        gpu_nodes = [n for n in nodes if n["gpus"] >= self.world]
+        if len(gpu_nodes) < nnodes:
+            print(f"error: trainer.nnodes={nnodes} x n_gpus_per_node={self.world}, but the Ray cluster at "
+                  f"{os.environ['RAY_ADDRESS']} has {nodes}", file=sys.stderr)  # fmt: skip
+            return False
+        return True
 
     def on_usr1(self, *_) -> None:
         print("SIGUSR1: will save after this step and exit", flush=True)

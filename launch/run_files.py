@@ -1,0 +1,83 @@
+"""Files and small helpers every part of the run bookkeeping shares: the names EasyR1 and the reward write,
+:class:`RunError`, atomic JSON, the run lock."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from data_prep.io import atomic_write_json as _atomic_write_json
+
+CHECKPOINT_TRACKER = "checkpoint_tracker.json"
+"""EasyR1's tracker file name in ``trainer.save_checkpoint_path`` (``verl/utils/checkpoint``)."""
+STEP_DIR_RE = re.compile(r"global_step_(\d+)$")
+SHARD_RE = re.compile(r"(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
+LOGGED_FILES = ("experiment_log.jsonl", "generations.log")
+"""Files EasyR1's ``file`` logger truncates at every start; each job segment gets its own copy."""
+REWARD_COUNTERS = "reward_counters.jsonl"
+"""Per-segment file the reward may append counters to (env ``QUOTECITE_METRICS_DIR`` names the folder)."""
+REWARD_BATCHES = "reward_batches.jsonl"
+"""Per-segment file of the reward's training-batch records (``reward.pipeline.TrainBatchTracker``): the n-th
+record of a segment is the batch of step ``resume_step + n``."""
+SERVER_OUTAGE = "server_outage.json"
+"""Written into the segment by the reward when a judge/embedder outage outlasted ``judge_outage_s``."""
+RESTART_KINDS = ("judge", "embed", "trainer")
+"""What the launch restarts within a job: a server process that died, or the trainer (with both servers) after
+it stopped on a server outage."""
+INCOMPLETE_DIR = "incomplete"
+
+
+class RunError(Exception):
+    """A run folder or setting that the launch cannot work with; the message names it and what is wrong."""
+
+
+# --------------------------------------------------------------------------------------------- small helpers
+def atomic_write_json(path: Path, obj: Any) -> None:
+    _atomic_write_json(path, obj, indent=2)
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Exclusive lock on the run folder (two jobs of one run never update its bookkeeping at once)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / ".runlog.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    """``extra`` merged into a copy of ``base``; nested dicts merge key by key, other values are replaced."""
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out

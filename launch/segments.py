@@ -1,0 +1,157 @@
+"""Job segments of a run (one per job start) and the decisions taken at a segment's start and end (see
+:mod:`launch.runlog`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from launch.run_files import LOGGED_FILES, atomic_write_json, now_iso, read_json
+
+
+# --------------------------------------------------------------------------------------------- segments
+@dataclass
+class Segment:
+    """One start of the training program inside one Slurm job (a requeued job gets a new segment)."""
+
+    name: str
+    """``<jobid>-<n>``: n counts earlier segments of the same job id (its requeues/restarts)."""
+    job_id: str
+    seq: int
+    """Start order within the run (1, 2, ...)."""
+    started_at: str
+    resume_step: int
+    """Step of the checkpoint this segment resumed from (0: from the start)."""
+    status: str = "running"
+    """running | stopped (warning signal) | finished | crashed | terminated | died | server_failed | check_failed |
+    outage (the trainer stopped on a judge/embedder outage; the launch restarted it in a new segment)."""
+    ended_at: str | None = None
+    end_step: int | None = None
+    """Last complete checkpoint when the segment ended."""
+    trainer_exit: int | None = None
+    message: str = ""
+    host: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def segments_dir(run_dir: Path) -> Path:
+    return run_dir / "segments"
+
+
+def load_segments(run_dir: Path) -> list[Segment]:
+    """All segments of the run, in start order."""
+    out = []
+    for p in sorted(segments_dir(run_dir).glob("*/segment.json")):
+        d = read_json(p)
+        out.append(Segment(**{k: v for k, v in d.items() if k in Segment.__dataclass_fields__}))
+    return sorted(out, key=lambda s: s.seq)
+
+
+def save_segment(run_dir: Path, seg: Segment) -> None:
+    atomic_write_json(segments_dir(run_dir) / seg.name / "segment.json", asdict(seg))
+
+
+def new_segment(run_dir: Path, job_id: str, resume_step: int) -> Segment:
+    """Create ``segments/<jobid>-<n>/`` and point EasyR1's truncating log files at it."""
+    existing = load_segments(run_dir)
+    n = sum(1 for s in existing if s.job_id == job_id)
+    seg = Segment(
+        name=f"{job_id}-{n}",
+        job_id=job_id,
+        seq=max((s.seq for s in existing), default=0) + 1,
+        started_at=now_iso(),
+        resume_step=resume_step,
+        host=os.uname().nodename,
+    )
+    seg_dir = segments_dir(run_dir) / seg.name
+    seg_dir.mkdir(parents=True, exist_ok=False)
+    save_segment(run_dir, seg)
+    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    for name in LOGGED_FILES:
+        link = ckpt_dir / name
+        tmp = ckpt_dir / f".{name}.{os.getpid()}.lnk"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(Path("..") / "segments" / seg.name / name)
+        if link.exists() and not link.is_symlink():  # a log written before segments existed: keep it
+            os.replace(link, seg_dir.parent / f"pre-segment-{name}")
+        os.replace(tmp, link)
+    return seg
+
+
+def stalled_count(segments: list[Segment]) -> int:
+    """How many of the latest finished segments in a row ended without a new complete checkpoint."""
+    n = 0
+    for s in reversed(segments):
+        if s.status == "running":
+            continue
+        if s.end_step is not None and s.end_step > s.resume_step:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the chain does next: ``run`` this job, ``continue`` (submit the next job), ``done``, ``stop``
+    (an error or no progress: no more jobs), or ``none`` (the job was killed/requeued: Slurm decides)."""
+
+    action: str
+    message: str
+    exit_code: int = 0
+
+
+def decide_at_start(segments: list[Segment], resume_step: int, max_steps: int, max_stalled: int) -> Decision:
+    """Whether a job that is starting should train."""
+    if resume_step >= max_steps:
+        return Decision("done", f"run complete: checkpoint global_step_{resume_step} reaches max_steps={max_steps}")
+    stalled = stalled_count(segments)
+    if max_stalled > 0 and stalled >= max_stalled:
+        return Decision(
+            "stop",
+            f"{stalled} jobs in a row made no progress (still at step {resume_step}, max_stalled_jobs="
+            f"{max_stalled}); not training. See the trainer logs under segments/; fix the cause and submit again "
+            "with a larger QUOTECITE_MAX_STALLED_JOBS or after removing the stalled segments.",
+            1,
+        )
+    return Decision("run", f"resuming from step {resume_step}" if resume_step else "starting from step 0")
+
+
+def decide_at_end(segments: list[Segment], max_steps: int, max_stalled: int) -> Decision:
+    """What follows the segment that just ended (the last of ``segments``)."""
+    seg = segments[-1]
+    end = seg.end_step or 0
+    if seg.status in ("server_failed", "check_failed"):  # misconfiguration: a rerun would fail the same way
+        return Decision("stop", f"not resubmitting: {seg.message}", 1)
+    if seg.status == "outage" and end < max_steps:
+        return Decision("restart", f"server outage at step {end}: restarting the servers and the trainer", 0)
+    if seg.status == "terminated":
+        return Decision(
+            "none",
+            "job was cancelled or requeued by Slurm; no new job submitted (a requeued job resumes by itself)",
+            143,
+        )
+    if end >= max_steps:
+        return Decision("done", f"run complete: global_step_{end} reaches max_steps={max_steps}")
+    if seg.status == "finished":
+        return Decision(
+            "stop",
+            f"the trainer exited normally at step {end} < max_steps={max_steps}; not resubmitting (does the "
+            "recipe's trainer.max_steps agree with the launch's?)",
+            1,
+        )
+    stalled = stalled_count(segments)
+    if max_stalled > 0 and stalled >= max_stalled:
+        return Decision(
+            "stop",
+            f"{stalled} jobs in a row made no progress (stuck at step {end}); not resubmitting. Last trainer exit "
+            f"code {seg.trainer_exit}; see segments/{seg.name}/trainer.log",
+            1,
+        )
+    what = "crashed" if seg.status == "crashed" else "stopped"
+    return Decision(
+        "continue",
+        f"trainer {what} at step {end} of {max_steps}; submitting the next job",
+        1 if seg.status == "crashed" else 0,
+    )

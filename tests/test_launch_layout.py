@@ -1,0 +1,254 @@
+"""launch/layout.py: Slurm hostlists, the split of an allocation into trainer nodes and serving GPUs, its CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launch.layout import LayoutError, expand_hostlist, parse_counts, parse_gpu_count, plan, plan_from_env
+
+REPO = Path(__file__).resolve().parents[1]
+LAYOUT = str(REPO / "launch" / "layout.py")
+
+
+# --------------------------------------------------------------------------------------------- hostlists
+@pytest.mark.parametrize(
+    ("text", "nodes"),
+    [
+        ("vm", ["vm"]),
+        ("ci3n[1-3]", ["ci3n1", "ci3n2", "ci3n3"]),
+        ("gpu[01-03,07],login1", ["gpu01", "gpu02", "gpu03", "gpu07", "login1"]),
+        ("gpu[08-11]", ["gpu08", "gpu09", "gpu10", "gpu11"]),  # zero padding kept across a width change
+        ("a[1-2]-b[7,9]", ["a1-b7", "a1-b9", "a2-b7", "a2-b9"]),  # several brackets: every combination
+        ("n[1],m", ["n1", "m"]),
+        ("node-1.cluster,node-2.cluster", ["node-1.cluster", "node-2.cluster"]),
+    ],
+)
+def test_expand_hostlist(text, nodes):
+    assert expand_hostlist(text) == nodes
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("", "node list is empty"),
+        ("gpu[01-03", "'[' without ']'"),
+        ("gpu01-03]", "']' without '['"),
+        ("gpu[03-01]", "range '03-01' goes down"),
+        ("gpu[a-b]", "'a-b' is not a number or a range"),
+        ("gpu01,,gpu02", "empty name between commas"),
+    ],
+)
+def test_bad_hostlists_name_the_input(text, error):
+    with pytest.raises(LayoutError, match=None) as e:
+        expand_hostlist(text)
+    assert error in str(e.value)
+
+
+def test_gpu_counts_in_slurm_forms():
+    assert [parse_gpu_count(v, "X") for v in ("8", "gpu:8", "gpu:h200:8", "gpu:a:2,gpu:b:1")] == [8, 8, 8, 3]
+    assert parse_counts("8(x2),4", 3, "QUOTECITE_NODE_GPUS") == [8, 8, 4]
+    assert parse_counts("2", 3, "QUOTECITE_NODE_GPUS") == [2, 2, 2]
+    with pytest.raises(LayoutError, match=r"SLURM_GPUS_PER_NODE='gpu:h200': not a GPU count"):
+        parse_gpu_count("gpu:h200", "SLURM_GPUS_PER_NODE")
+    with pytest.raises(LayoutError, match=r"gives 2 node\(s\), the allocation has 3"):
+        parse_counts("8,8", 3, "QUOTECITE_NODE_GPUS")
+
+
+# --------------------------------------------------------------------------------------------- the split
+# (nodes, GPUs per node, serve, replicas, train per node) -> (trainer nodes, G, judges, embed, idle, ray)
+CASES = {
+    "1x3 (today)": (
+        (["vm"], [3], 1, 1, None),
+        (["vm"], 2, [("vm", 2)], ("vm", 2), {}, False),
+    ),
+    "1x8 keeps two trainer GPUs": (
+        (["vm"], [8], 1, 1, None),
+        (["vm"], 2, [("vm", 7)], ("vm", 7), {"vm": [2, 3, 4, 5, 6]}, False),
+    ),
+    "3x1": (
+        (["n1", "n2", "n3"], [1, 1, 1], 1, 1, None),
+        (["n1", "n2"], 1, [("n3", 0)], ("n3", 0), {}, True),
+    ),
+    "2x8: the serving node keeps 7, fewer than 8: it does not train": (
+        (["g1", "g2"], [8, 8], 1, 1, None),
+        (["g1"], 8, [("g2", 7)], ("g2", 7), {"g2": [0, 1, 2, 3, 4, 5, 6]}, False),
+    ),
+    "2x8, 4 trainer GPUs per node: Ray across both": (
+        (["g1", "g2"], [8, 8], 1, 1, 4),
+        (["g1", "g2"], 4, [("g2", 7)], ("g2", 7), {"g1": [4, 5, 6, 7], "g2": [4, 5, 6]}, True),
+    ),
+    "2x8 with 2 judge replicas": (
+        (["g1", "g2"], [8, 8], 2, 2, None),
+        (["g1"], 8, [("g2", 6), ("g2", 7)], ("g2", 7), {"g2": [0, 1, 2, 3, 4, 5]}, False),
+    ),
+    "2x8 with 2 judge replicas, 6 trainer GPUs per node": (
+        (["g1", "g2"], [8, 8], 2, 2, 6),
+        (["g1", "g2"], 6, [("g2", 6), ("g2", 7)], ("g2", 7), {"g1": [6, 7]}, True),
+    ),
+    "4x1, two serving GPUs, one judge: judge and embedder apart": (
+        (["a", "b", "c", "d"], [1, 1, 1, 1], 2, 1, None),
+        (["a", "b"], 1, [("c", 0)], ("d", 0), {}, True),
+    ),
+    "uneven: a bigger node trains on G": (
+        (["a", "b", "c"], [2, 4, 1], 1, 1, None),
+        (["a", "b"], 2, [("c", 0)], ("c", 0), {"b": [2, 3]}, True),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_split(case):
+    (nodes, gpus, serve, replicas, train), (tnodes, g, judges, embed, idle, ray) = CASES[case]
+    lay = plan(nodes, gpus, serve, replicas, train)
+    assert (lay.trainer_nodes, lay.train_gpus_per_node, lay.judges, lay.embed, lay.idle, lay.ray) == (
+        tnodes, g, judges, embed, idle, ray)  # fmt: skip
+    # every GPU has exactly one role
+    used = [(n, p) for n in lay.trainer_nodes for p in range(g)] + lay.serving
+    used += [(n, p) for n, ps in lay.idle.items() for p in ps]
+    assert sorted(used) == sorted((n, p) for n, k in zip(nodes, gpus, strict=True) for p in range(k))
+    assert lay.trainer_nodes[0] == nodes[0]  # the batch node drives the trainer and holds the Ray head
+
+
+BAD = [
+    ((["vm"], [2], 1, 1, None), "this job sees 2 GPU(s), needs 3: 2 for the trainer, 1 for the judge and embedder"),
+    ((["a", "b"], [1, 1], 2, 1, None), "this job sees 2 GPU(s), needs 3: 1 for the trainer, 2 for the judge"),
+    ((["a", "b"], [1, 1], 1, 2, None), "QUOTECITE_JUDGE_REPLICAS=2 needs as many serving GPUs"),
+    ((["a", "b", "c"], [8, 4, 8], 1, 1, None), "trainer GPUs would be unequal across trainer nodes"),
+    ((["a", "b"], [2, 8], 1, 1, 4), "the first node a (where the batch script"),
+    ((["a", "a"], [1, 1], 1, 1, None), "node list names a node twice"),
+    ((["a"], [3], 0, 1, None), "must be at least 1"),
+]
+
+
+@pytest.mark.parametrize(("args", "error"), BAD, ids=[e[:40] for _, e in BAD])
+def test_allocations_that_cannot_host_the_job_are_clear_errors(args, error):
+    with pytest.raises(LayoutError) as e:
+        plan(*args)
+    assert error in str(e.value)
+
+
+def test_unequal_error_says_what_to_set():
+    with pytest.raises(LayoutError) as e:
+        plan(["a", "b", "c"], [8, 4, 8])
+    assert "b has 4, a has 8; set QUOTECITE_TRAIN_GPUS_PER_NODE to at most 4" in str(e.value)
+    assert plan(["a", "b", "c"], [8, 4, 8], train_gpus_per_node=4).trainer_nodes == ["a", "b", "c"]
+
+
+# --------------------------------------------------------------------------------------------- from the environment
+def test_env_reads_the_slurm_variables_and_the_settings():
+    env = {"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_GPUS_ON_NODE": "8",
+           "QUOTECITE_SERVE_GPUS": "2", "QUOTECITE_JUDGE_REPLICAS": "2"}  # fmt: skip
+    alloc, lay = plan_from_env(env)
+    assert (alloc.nodes, alloc.gpus, alloc.source) == (["gpu01", "gpu02"], [8, 8], "SLURM_GPUS_ON_NODE=8")
+    assert lay.server_gpus() == [("judge", "gpu02", 6), ("judge2", "gpu02", 7), ("embed", "gpu02", 7)]
+    # SLURM_NNODES / SLURM_NODELIST / SLURM_GPUS_PER_NODE when the JOB_ forms are absent
+    alloc, _ = plan_from_env({"SLURM_NNODES": "3", "SLURM_NODELIST": "n[1-3]", "SLURM_GPUS_PER_NODE": "gpu:1"})
+    assert (alloc.nodes, alloc.gpus) == (["n1", "n2", "n3"], [1, 1, 1])
+    # outside a job: this host, as many GPUs as CUDA_VISIBLE_DEVICES lists, else 3
+    alloc, lay = plan_from_env({}, hostname="laptop.example")
+    assert (alloc.nodes, alloc.gpus, lay.judges) == (["laptop"], [3], [("laptop", 2)])
+    alloc, _ = plan_from_env({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, hostname="h")
+    assert alloc.gpus == [4] and alloc.devices == ["4", "5", "6", "7"]
+    alloc, lay = plan_from_env({"SLURM_JOB_NODELIST": "a,b,c", "QUOTECITE_NODE_GPUS": "2(x2),1"})
+    assert alloc.gpus == [2, 2, 1] and lay.trainer_nodes == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        ({"SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_GPUS_ON_NODE": "1"},
+         "SLURM_JOB_NUM_NODES=3 but SLURM_JOB_NODELIST='n[1-2]' names 2 node(s)"),
+        ({"SLURM_JOB_NUM_NODES": "2", "SLURM_GPUS_ON_NODE": "1"}, "SLURM_JOB_NUM_NODES=2 needs SLURM_JOB_NODELIST"),
+        ({"SLURM_JOB_NODELIST": "n1", "SLURM_GPUS_ON_NODE": "lots"}, "SLURM_GPUS_ON_NODE='lots': not a GPU count"),
+        ({"QUOTECITE_SERVE_GPUS": "one"}, "QUOTECITE_SERVE_GPUS='one': expected a whole number >= 1"),
+        ({"QUOTECITE_TRAIN_GPUS_PER_NODE": "0"}, "QUOTECITE_TRAIN_GPUS_PER_NODE='0': expected a whole number >= 1"),
+        ({"SLURM_GPUS_ON_NODE": "3", "CUDA_VISIBLE_DEVICES": "0,1"},
+         "CUDA_VISIBLE_DEVICES=0,1 lists 2 GPU(s) but the job has 3"),
+    ],
+)  # fmt: skip
+def test_bad_environment_names_the_variable(env, error):
+    with pytest.raises(LayoutError) as e:
+        plan_from_env(env, hostname="h")
+    assert error in str(e.value)
+
+
+# --------------------------------------------------------------------------------------------- CLI
+def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "QUOTECITE_", "CUDA_VISIBLE"))}
+    return subprocess.run([sys.executable, LAYOUT, *args], env={**base, **env}, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
+def test_cli_prints_shell_assignments_that_bash_reads():
+    env = {"SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_NODELIST": "localhost,n[2-3]", "SLURM_GPUS_ON_NODE": "1",
+           "CUDA_VISIBLE_DEVICES": "5"}  # fmt: skip
+    r = cli("plan", **env)
+    assert r.returncode == 0, r.stderr
+    script = r.stdout + 'echo "${QC_TRAIN_NODES[*]}|$QC_NNODES|$QC_N_TRAIN_GPUS|$QC_RAY|$QC_TRAINER_GPUS|' \
+        '${QC_SERVERS[*]}|$QC_SRV_NODE_judge|${QC_TRAIN_ADDRS[0]}"'  # fmt: skip
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    # the batch node's GPU position 0 is device 5; localhost resolves, so Ray gets its address
+    assert out == "localhost n2|2|1|1|5|judge embed|n3|127.0.0.1"
+    j = json.loads(cli("plan", "--format", "json", **env).stdout)
+    assert j["trainer_nodes"] == ["localhost", "n2"] and j["ray"] is True and j["embed"] == ["n3", 0]
+
+
+def test_cli_error_is_one_line_on_stderr_and_exit_1():
+    r = cli("plan", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="a,b", SLURM_GPUS_ON_NODE="1",
+            QUOTECITE_JUDGE_REPLICAS="2")  # fmt: skip
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith("error: QUOTECITE_JUDGE_REPLICAS=2 needs as many serving GPUs")
+
+
+def test_run_maps_positions_through_cuda_visible_devices_and_returns_the_exit_code():
+    r = cli("run", "--gpus", "1,2", "--", "bash", "-c", 'echo "$CUDA_VISIBLE_DEVICES"; exit 7',
+            CUDA_VISIBLE_DEVICES="4,5,6")  # fmt: skip
+    assert (r.returncode, r.stdout) == (7, "5,6\n")
+    assert cli("run", "--gpus", "0", "--", "bash", "-c", 'echo "$CUDA_VISIBLE_DEVICES"').stdout == "0\n"
+    r = cli("run", "--gpus", "3", "--", "true", CUDA_VISIBLE_DEVICES="0,1")
+    assert r.returncode == 1 and "GPU position 3 on this node, but CUDA_VISIBLE_DEVICES=0,1 lists 2" in r.stderr
+
+
+def test_run_stops_the_whole_group_on_sigterm_also_what_ignores_it(tmp_path):
+    # A program that ignores SIGTERM and leaves a child behind (as Ray's head drains for 30 s): the wrapper kills
+    # the group after its grace, and nothing of it is left.
+    pidfile = tmp_path / "pids"
+    prog = f"trap '' TERM; sleep 300 & echo $$ $! > {pidfile}; wait"
+    p = subprocess.Popen([sys.executable, LAYOUT, "run", "--gpus", "0", "--grace", "1", "--", "bash", "-c", prog])
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [int(x) for x in pidfile.read_text().split()]
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 128 + signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pids if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie: a killed process whose parent is gone waits for PID 1 to reap it, which in a
+    container may be slow or never, and ``kill(pid, 0)`` still succeeds on a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_the_module_examples_hold():
+    import doctest
+
+    import launch.layout
+
+    result = doctest.testmod(launch.layout)
+    assert result.attempted >= 6 and result.failed == 0
