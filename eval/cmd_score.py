@@ -354,7 +354,8 @@ def write_outputs(
 ) -> dict[str, Path]:
     """Write every output file of ``eval score`` into ``out`` (names: :data:`SCORE_OUTPUTS`); returns their paths
     by name."""
-    from eval.report import plot_recall_vs_iou, tables_markdown, write_report
+    from eval.report import plot_recall_vs_iou, write_report
+    from eval.tables import tables_markdown
 
     out.mkdir(parents=True, exist_ok=True)
     paths = {
@@ -520,7 +521,7 @@ def run(args: argparse.Namespace) -> int:
     with atomic_dir(args.out, SCORE_OUTPUTS) as tmp:
         built = write_outputs(result, tmp, label, docs, report=not args.no_report, report_limit=args.report_limit)
     paths = {name: args.out / Path(p).relative_to(tmp) for name, p in built.items()}
-    from eval.report import metrics_summary
+    from eval.tables import metrics_summary
 
     print(metrics_summary(result.metrics, label))
     for name, p in paths.items():

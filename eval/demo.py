@@ -120,8 +120,9 @@ def run_eval_demo(cached: CachedDoc, out_dir: str | Path) -> dict:
 
     from eval.cmd_resolve import DocCache, Resolver, resolve_file
     from eval.cmd_score import score, write_outputs
-    from eval.report import plot_recall_vs_iou, rich_tables
+    from eval.report import plot_recall_vs_iou
     from eval.schemas import read_gold, read_predictions, write_jsonl
+    from eval.tables import rich_tables
     from reward.judge import get_judge
 
     out = Path(out_dir)

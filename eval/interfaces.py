@@ -114,7 +114,7 @@ def run_interface(run_dir: Path | None) -> str:
 
 def interfaces_table(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, Path] | None = None) -> str:
     """One row per run: its interface, our metrics and the rivals' metrics (``-`` where a run has none)."""
-    from eval.report import _boxes, _md_table, _pct
+    from eval.tables import _boxes, _md_table, _pct
 
     rows = []
     for label, m, a in loaded:
@@ -133,7 +133,7 @@ def interfaces_table(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[st
 
 def rivals_section(analyses: dict) -> str:
     """The rivals' metrics of one run for its ``tables.md`` (``eval score``)."""
-    from eval.report import _md_table, _pct
+    from eval.tables import _md_table, _pct
 
     lat = analyses.get("lat") or {}
     mae = analyses.get("multattreval") or {}

@@ -6,7 +6,7 @@ from data_prep.cli import main
 
 COMMANDS = {
     "score": ("reward.cmd_score", "score EasyR1 reward inputs (JSONL) and write rewards with their citations"),
-    "check": ("reward.preflight", "check a training set against the block cache and the servers before a run starts"),
+    "check": ("reward.cmd_check", "check a training set against the block cache and the servers before a run starts"),
 }
 
 if __name__ == "__main__":

@@ -427,6 +427,14 @@ class StepEmbedder(Protocol):
         """``doc`` is the open :class:`~data_prep.document.Document` of ``cached``."""
 
 
+def region_crops(doc, regions: Sequence[Region], dpi: float) -> list:
+    """The regions rendered at ``dpi``; a sliver of a box is widened around its centre (as block crops are), so
+    no crop is empty."""
+    from data_prep.encoders.qwen3vl import widen_bbox
+
+    return [doc.crop(r.page, widen_bbox(r.bbox, doc.page_sizes[r.page - 1], MIN_CROP_PT), dpi=dpi) for r in regions]
+
+
 class ImageStepEmbedder:
     """LAT's attribution with our multimodal encoder: the region rendered at ``dpi`` and embedded as an image
     (``encoder.embed_images``), the step text as a query (``encoder.embed_texts``); similarity = dot product of
@@ -442,14 +450,7 @@ class ImageStepEmbedder:
     def similarities(self, cached: CachedDoc, regions: Sequence[Region], doc) -> np.ndarray:
         if not regions:
             return np.zeros(0, np.float32)
-        from data_prep.encoders.qwen3vl import widen_bbox
-
-        # a sliver of a box is widened around its centre (as block crops are), so no crop is empty
-        crops = [
-            doc.crop(r.page, widen_bbox(r.bbox, doc.page_sizes[r.page - 1], MIN_CROP_PT), dpi=self.dpi)
-            for r in regions
-        ]
-        img = np.asarray(self.encoder.embed_images(crops), np.float32)
+        img = np.asarray(self.encoder.embed_images(region_crops(doc, regions, self.dpi)), np.float32)
         txt = np.asarray(self.encoder.embed_texts([r.text for r in regions]), np.float32)
         return np.einsum("nd,nd->n", img, txt)
 
@@ -492,12 +493,7 @@ class LateInteractionStepEmbedder:
     def similarities(self, cached: CachedDoc, regions: Sequence[Region], doc) -> np.ndarray:
         if not regions:
             return np.zeros(0, np.float32)
-        from data_prep.encoders.qwen3vl import widen_bbox
-
-        crops = [
-            doc.crop(r.page, widen_bbox(r.bbox, doc.page_sizes[r.page - 1], MIN_CROP_PT), dpi=self.dpi)
-            for r in regions
-        ]
+        crops = region_crops(doc, regions, self.dpi)
         return np.asarray(self.encoder.late_interaction([r.text for r in regions], crops), np.float32)
 
 

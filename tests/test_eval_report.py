@@ -8,8 +8,8 @@ import pytest
 
 from data_prep.cli import main as cli_main
 from eval.__main__ import COMMANDS
-from eval.report import main_table, tables_markdown, threshold_table
 from eval.schemas import write_json, write_jsonl
+from eval.tables import main_table, tables_markdown, threshold_table
 
 METRICS_A = {
     "n": 4, "recall": {"page": 0.75, "0.1": 0.5, "0.3": 0.5, "0.5": 0.5, "0.7": 0.25}, "precision": 0.4, "f1": 0.3,
@@ -146,7 +146,7 @@ def test_runs_side_by_side_give_the_condition_grid_oracle_union_and_analyses_tab
     ],
 )
 def test_split_label(label, expected):
-    from eval.report import split_label
+    from eval.tables import split_label
 
     assert split_label(label) == expected
 

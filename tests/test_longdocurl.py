@@ -47,7 +47,7 @@ from tests.conftest import fixture_path
 
 PIXELS = 20_000  # per-page budget of the tests (the real one is 1e6)
 PAGE = (144.0, 180.0)  # points: tiny pages keep generation and rendering fast
-COMMANDS = {"longdocurl": ("data_prep.longdocurl", "build the GRPO training set")}
+COMMANDS = {"longdocurl": ("data_prep.cmd_longdocurl", "build the GRPO training set")}
 
 
 def longdocurl_records() -> list[dict]:

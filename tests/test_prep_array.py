@@ -37,7 +37,7 @@ from tests.test_longdocurl import longdocurl_records, write_jsonl, write_pdf
 PY = sys.executable
 SCRIPT = str(REPO / "launch" / "prep_array.sh")
 PIXELS = 20_000
-COMMANDS = {"longdocurl": ("data_prep.longdocurl", "build the GRPO training set")}
+COMMANDS = {"longdocurl": ("data_prep.cmd_longdocurl", "build the GRPO training set")}
 T = float(os.environ.get("QUOTECITE_SLURM_TEST_TIMEOUT", "180"))
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 SBATCH_ARGS = "--cpus-per-task=1 --time=00:10:00"

@@ -21,7 +21,7 @@ from tests.support.openai_server import Reply, ScriptedOpenAIServer
 from tests.test_longdocurl import PAGE, PIXELS, write_jsonl, write_pdf
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = {"check": ("reward.preflight", "check")}
+COMMANDS = {"check": ("reward.cmd_check", "check")}
 RECORDS = [  # LongDocURL-shaped; d1 has 6 pages, d2 4; windows of 3 pages
     {"question_id": "q1", "doc_no": "d1", "question": "What is on page 2?", "answer": "alpha",
      "evidence_pages": [2], "total_pages": 6},
@@ -42,7 +42,7 @@ def built(tmp_path_factory) -> Path:
     argv = ["longdocurl", "--jsonl", str(jsonl), "--pdf-dir", str(root / "pdfs"), "--out", str(root / "out"),
             "--val", "1", "--max-window", "3", "--max-pixels-per-page", str(PIXELS)]  # fmt: skip
     with contextlib.redirect_stdout(io.StringIO()):
-        assert cli_main("python -m data_prep", "", {"longdocurl": ("data_prep.longdocurl", "")}, argv) == 0
+        assert cli_main("python -m data_prep", "", {"longdocurl": ("data_prep.cmd_longdocurl", "")}, argv) == 0
     return root / "out"
 
 

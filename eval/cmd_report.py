@@ -1,0 +1,67 @@
+"""``python -m eval report``: ``--runs A B ... --out DIR`` compares several scored runs (one row each, the tables of
+:mod:`eval.tables`) and draws them in one recall-vs-IoU figure; ``--score-dir OUT`` redraws one run's
+``report.html`` (:mod:`eval.report`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from data_prep.types import InputError
+from eval.report import plot_recall_vs_iou, write_report
+from eval.schemas import atomic_write_text, iter_jsonl
+from eval.tables import runs_markdown
+
+
+def _load_run(d: Path) -> tuple[dict, dict]:
+    mf = d / "metrics.json"
+    if not mf.is_file():
+        raise InputError(f"{d}: no metrics.json (give `eval score` output folders)")
+    metrics = json.loads(mf.read_text())
+    af = d / "analyses.json"
+    return metrics, (json.loads(af.read_text()) if af.is_file() else {})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=Path, nargs="+", default=None, help="score folders to put side by side")
+    parser.add_argument("--labels", nargs="+", default=None, help="names of the runs (default: folder names)")
+    parser.add_argument("--score-dir", type=Path, default=None, help="redraw report.html of this score folder")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="block cache to draw pages from")
+    parser.add_argument("--parser", default=None, help="pick cache entries made by this parser")
+    parser.add_argument("--limit", type=int, default=None, help="questions drawn (default all)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder for --runs")
+
+
+def run(args: argparse.Namespace) -> int:
+    if bool(args.runs) == bool(args.score_dir):
+        raise InputError("give either --runs DIR... --out DIR (side by side) or --score-dir DIR (one report)")
+    if args.runs and args.out:
+        from data_prep.io import refuse_output_dir_over_inputs
+
+        refuse_output_dir_over_inputs(args.out, args.runs)
+    if args.score_dir:
+        metrics, _ = _load_run(args.score_dir)
+        rows = [d for _, d in iter_jsonl(args.score_dir / "per_question.jsonl")]
+        docs = None
+        if args.cache_dir:
+            from eval.cmd_resolve import DocCache
+
+            docs = DocCache(args.cache_dir, parser=args.parser)
+        p = write_report(args.score_dir / "report.html", rows, metrics, docs, args.score_dir.name, args.limit)
+        print(f"report: {p}")
+        return 0
+    if not args.out:
+        raise InputError("--runs needs --out")
+    labels = args.labels or [d.name for d in args.runs]
+    if len(labels) != len(args.runs):
+        raise InputError(f"{len(labels)} labels for {len(args.runs)} runs")
+    loaded = [(label, *_load_run(d)) for label, d in zip(labels, args.runs, strict=True)]
+    runs = [(label, m) for label, m, _ in loaded]
+    text = runs_markdown(loaded, {label: d for label, d in zip(labels, args.runs, strict=True)})
+    args.out.mkdir(parents=True, exist_ok=True)
+    t = atomic_write_text(args.out / "tables.md", text)
+    png = plot_recall_vs_iou(runs, args.out / "recall_vs_iou.png")
+    print(text)
+    print(f"tables: {t}\nfigure: {png}")
+    return 0
