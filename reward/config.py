@@ -106,6 +106,17 @@ class RewardConfig:
     """``reward_form: lat`` only: overrides of :class:`reward.lat.LatSettings` (``tau``, ``overlap_iou``,
     ``epsilon``, ``ground_iou``, ``min_steps``, ``crop_dpi``, ``max_steps``); None = LAT's values."""
 
+    def cache_path(self):
+        """``cache_dir`` as a folder that exists; :class:`InputError` when it is unset or not a folder."""
+        from pathlib import Path
+
+        if not self.cache_dir:
+            raise InputError("reward setting cache_dir is required (the block/embedding cache of data preparation)")
+        path = Path(self.cache_dir)
+        if not path.is_dir():
+            raise InputError(f"reward setting cache_dir: {path} is not a directory")
+        return path
+
     def judge_settings(self) -> JudgeSettings:
         """The judge part of these settings (:func:`reward.judge.build_judge`)."""
         return JudgeSettings(

@@ -583,13 +583,7 @@ class LatScorer:
         from reward.scoring import get_reward_form
 
         self.config = config
-        if not config.cache_dir:
-            raise InputError("reward setting cache_dir is required (the block/embedding cache of data preparation)")
-        from pathlib import Path
-
-        self.cache_dir = Path(config.cache_dir)
-        if not self.cache_dir.is_dir():
-            raise InputError(f"reward setting cache_dir: {self.cache_dir} is not a directory")
+        self.cache_dir = config.cache_path()
         self.settings = LatSettings.from_dict(getattr(config, "lat", None))
         self.weights = get_reward_form("lat").weights(config.weights)
         self.embedder = embedder

@@ -324,11 +324,7 @@ class RewardScorer:
 
     def __init__(self, config: RewardConfig) -> None:
         self.config = config
-        if not config.cache_dir:
-            raise InputError("reward setting cache_dir is required (the block/embedding cache of data preparation)")
-        self.cache_dir = Path(config.cache_dir)
-        if not self.cache_dir.is_dir():
-            raise InputError(f"reward setting cache_dir: {self.cache_dir} is not a directory")
+        self.cache_dir = config.cache_path()
         self.form = get_reward_form(config.reward_form)
         self.weights = self.form.weights(config.weights)
         self.judge = build_judge(config.judge, config.judge_url, config.judge_model, config.judge_settings())
