@@ -28,7 +28,7 @@ import pytest
 from benchmarks.report import print_table
 from data_prep.shards import shard_of
 from tests.conftest import FIXTURES, REPO
-from tests.test_prep_array import slurm_reason, wait_done
+from tests.launch.test_prep_array import slurm_reason, wait_done
 
 PY = sys.executable
 SCRIPT = str(REPO / "launch" / "prep_array.sh")

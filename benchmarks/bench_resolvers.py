@@ -1,7 +1,7 @@
 """Resolver benchmark (``make bench``): top-1 block accuracy of each resolver on real fixture PDFs.
 
 Quotes come from the three English Docling fixture PDFs (``../shared/fixtures``), parsed with pdftext and embedded
-with MiniLM, as in ``tests/test_reward_resolve.py``: every block of >= 8 words whose text no other block has is a
+with MiniLM, as in ``tests/reward/test_reward_resolve.py``: every block of >= 8 words whose text no other block has is a
 source; its longest sentence (<= 40 words) is the *verbatim* quote; the *paraphrased* quote drops every fifth word
 and swaps common words for synonyms; the *truncated* quote keeps the verbatim quote's first
 :data:`TRUNCATED_WORDS` words (a quote cut short, which often fits several blocks). Sources are grouped four to a
@@ -25,7 +25,7 @@ import pytest
 
 from benchmarks.report import print_table
 from tests.conftest import fixture_path
-from tests.test_reward_resolve import ENGLISH_FIXTURES, paraphrase, verbatim_quote
+from tests.reward.test_reward_resolve import ENGLISH_FIXTURES, paraphrase, verbatim_quote
 
 RESOLVERS = ("embedding", "bm25", "bm25_lucene", "lexical", "fused")
 TRUNCATED_WORDS = 5

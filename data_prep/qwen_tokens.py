@@ -3,7 +3,7 @@
 The count follows the Qwen3-VL processor (transformers ``Qwen2VLImageProcessor`` with Qwen3-VL's
 ``preprocessor_config.json``: ``patch_size=16``, ``merge_size=2``, ``size={"shortest_edge": 65536,
 "longest_edge": 16777216}``; checked against transformers 5.24's ``image_processing_qwen2_vl.py`` /
-``processing_qwen3_vl.py`` and, in ``tests/test_qwen_tokens.py``, against the real image processor):
+``processing_qwen3_vl.py`` and, in ``tests/data_prep/test_qwen_tokens.py``, against the real image processor):
 
 1. ``smart_resize``: with ``f = patch_size * merge_size = 32`` pixels, ``h' = round(h / f) * f`` and
    ``w' = round(w / f) * f`` (Python's ``round``: halves go to the even integer). If ``h' * w' > max_pixels``:

@@ -80,7 +80,7 @@ How this differs from CiteVQA's released scorer (``eval/run.py`` of opendatalab/
   Appendix H); citations are scored on the page the model names, without correcting page indices.
 * Where the two agree by design: a reversed box matches nothing (rule 1), a tag naming a page the document lacks
   is a citation that matches nothing, precision's loop semantics, recall@0.5, Ans and Rel parsed from the same
-  replies. ``tests/test_citevqa_crosscheck.py`` runs its own scoring functions from the vendored release on the
+  replies. ``tests/data_prep/test_citevqa_crosscheck.py`` runs its own scoring functions from the vendored release on the
   same gold and predictions as ``eval score`` and checks every value, and each difference above by a case.
 """
 

@@ -1,7 +1,7 @@
 """One training step's data path through EasyR1 b44b311's own trainer, on our parquet and our reward.
 
 The builder (``python -m data_prep longdocurl``) makes the parquet and the block cache from the LongDocURL fixture
-records (PDFs generated with each record's page count, as in tests/test_longdocurl.py). The judge is a real
+records (PDFs generated with each record's page count, as in tests/data_prep/test_longdocurl.py). The judge is a real
 OpenAI-compatible HTTP server on 127.0.0.1 (tests/support/openai_server.py) whose answer score is the digit after
 "ZQV" in the response it judges. tests/easyr1/drive_batch.py then runs, in .venv-easyr1: the config loader on the
 recipe plus the launch's exact overrides, RLHFDataset/create_dataloader with a Qwen3-VL-style processor,
@@ -46,7 +46,7 @@ def built(tmp_path_factory):
     responses are identical, one response for the validation question."""
     if not EASYR1_READY.exists():
         pytest.skip(".venv-easyr1 is absent: `make easyr1` builds it (EasyR1 b44b311 + slurm/trainer.lock)")
-    from tests.test_longdocurl import longdocurl_records, write_jsonl, write_pdf
+    from tests.data_prep.test_longdocurl import longdocurl_records, write_jsonl, write_pdf
 
     root = tmp_path_factory.mktemp("e1data")
     records = longdocurl_records()

@@ -3,7 +3,7 @@
 The trainer command is taken from ``bash launch/grpo_8b.sh --dry-run`` (never retyped): its environment assignments
 and its arguments after ``-m verl.trainer.main`` go to tests/easyr1/drive_config.py, which runs main.py's config path
 (structured PPOConfig, merge, to_object, deep_post_init) in .venv-easyr1. This replaces the key list that
-tests/test_recipe.py used to keep (tests/data/easyr1_b44b311_config_keys.txt): EasyR1's classes answer directly.
+tests/reward/test_recipe.py used to keep (tests/data/easyr1_b44b311_config_keys.txt): EasyR1's classes answer directly.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.easyr1.conftest import REPO, run_driver
-from tests.test_launch_dryrun import dry_run, plus_lines
+from tests.launch.test_launch_dryrun import dry_run, plus_lines
 
 RECIPE = REPO / "recipes" / "qwen3vl_8b_grpo.yaml"
 LAT_RECIPE = REPO / "recipes" / "qwen3vl_8b_lat.yaml"

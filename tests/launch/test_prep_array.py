@@ -32,7 +32,7 @@ from data_prep.cli import main as cli_main
 from data_prep.shards import Shard, shard_of
 from data_prep.types import InputError
 from tests.conftest import FIXTURES, REPO
-from tests.test_longdocurl import longdocurl_records, write_jsonl, write_pdf
+from tests.data_prep.test_longdocurl import longdocurl_records, write_jsonl, write_pdf
 
 PY = sys.executable
 SCRIPT = str(REPO / "launch" / "prep_array.sh")

@@ -14,7 +14,7 @@ import pytest
 
 from launch.layout import LayoutError, expand_hostlist, parse_counts, parse_gpu_count, plan, plan_from_env
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LAYOUT = str(REPO / "launch" / "layout.py")
 
 

@@ -160,7 +160,7 @@ def cache(sample_pdf, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def plugin():
-    path = Path(__file__).resolve().parents[1] / "reward" / "quote_reward.py"
+    path = Path(__file__).resolve().parents[2] / "reward" / "quote_reward.py"
     spec = importlib.util.spec_from_file_location("custom_reward_fn", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -304,7 +304,7 @@ def test_image_attribution_with_a_tiny_qwen3vl(cache, tmp_path_factory):
     """The multimodal path: crops of the step regions embedded as images by the Qwen3-VL encoder interface."""
     pytest.importorskip("transformers")
     from data_prep.encoders import get_encoder
-    from tests.test_qwen3vl_encoder import SMALL_PIXELS, _tiny_checkpoint
+    from tests.data_prep.test_qwen3vl_encoder import SMALL_PIXELS, _tiny_checkpoint
 
     path = tmp_path_factory.mktemp("tiny-qwen3-vl-lat")
     _tiny_checkpoint(path)
@@ -407,7 +407,7 @@ def test_reward_score_cli_takes_the_lat_recipe_and_overrides(cache, tmp_path, mo
     """``--recipe recipes/qwen3vl_8b_lat.yaml`` selects the LAT form with the recipe's constants; ``--lat`` overrides
     one (tau 0.999: no step crop passes, R_step 0)."""
     monkeypatch.delenv("QUOTECITE_CACHE_DIR", raising=False)  # the recipe's cache_dir is unset: --cache-dir gives it
-    recipe = Path(__file__).resolve().parents[1] / "recipes" / "qwen3vl_8b_lat.yaml"
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "qwen3vl_8b_lat.yaml"
     cap, table = block(cache, CAPTION), block(cache, "Shenzhen | 150")
     rows = [(response(cache, [(CAPTION, cap), (ROW, table)], answer_block=table), gt(cache))]
     rc, (d,) = _score_cli(tmp_path, cache, rows, "--recipe", str(recipe))
@@ -431,7 +431,7 @@ def test_reward_score_cli_lat_bad_input_is_one_clear_line(cache, tmp_path, capsy
     assert rc == 2
     err = capsys.readouterr().err
     assert "in.jsonl: input 2: ground truth 'q1': evidence[0]" in err
-    quote_recipe = Path(__file__).resolve().parents[1] / "recipes" / "qwen3vl_8b_grpo.yaml"
+    quote_recipe = Path(__file__).resolve().parents[2] / "recipes" / "qwen3vl_8b_grpo.yaml"
     other = tmp_path / "other.yaml"
     other.write_text(quote_recipe.read_text().replace("./reward/quote_reward.py", "./elsewhere.py"))
     rc, _ = _score_cli(tmp_path, cache, [(good, gt(cache))], "--recipe", str(other))

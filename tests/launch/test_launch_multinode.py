@@ -1,5 +1,5 @@
 """`sbatch --nodes=3 launch/grpo_8b.sh` on the local multi-node Slurm (.ci/slurm_up.sh, partition ci3: three slurmd
-on this host, one GPU each), with the stand-in trainer and servers of tests/test_launch.py.
+on this host, one GPU each), with the stand-in trainer and servers of tests/launch/test_launch.py.
 
 The Ray cluster is real (ray from the project's test extra): the job starts the head on the first node and a worker
 on the second as an srun step, all with --node-ip-address of the node (127.0.0.1 here: /etc/hosts); the stand-in
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_launch import REPO, SBATCH_ARGS, Run, T, assert_every_step_once, show_job, wait_for
-from tests.test_launch import _slurm_reason as _base_reason
+from tests.launch.test_launch import REPO, SBATCH_ARGS, Run, T, assert_every_step_once, show_job, wait_for
+from tests.launch.test_launch import _slurm_reason as _base_reason
 
 PARTITION_ARGS = "-p ci3 --nodes=3 --gpus-per-node=1"
 RAY = REPO / ".venv" / "bin" / "ray"
@@ -72,7 +72,7 @@ class MultiRun(Run):
 def runs():
     made: list[MultiRun] = []
     yield made
-    from tests.test_launch import jobs_named
+    from tests.launch.test_launch import jobs_named
 
     for run in made:
         ids = jobs_named(run.name)

@@ -95,18 +95,20 @@ def test_http_block_request_carries_the_png_crop_and_the_system_instruction(pdf)
         assert emb.shape == (2, 8) and enc.dim == 8  # the width came from the answers: no probe request
         reqs = [body for path, body in srv.requests if path == "/v1/embeddings"]
     assert len(reqs) == 2
-    body = reqs[0]
-    assert body["model"] == "embed-model"
-    assert body["encoding_format"] == "float" and body["add_generation_prompt"] is True
-    system, user = body["messages"]
-    assert system == {"role": "system", "content": DEFAULT_DOCUMENT_INSTRUCTION}
-    assert user["role"] == "user" and [c["type"] for c in user["content"]] == ["image_url"]
-    img = _decode_png(user["content"][0]["image_url"]["url"])
+    for body in reqs:
+        assert body["model"] == "embed-model"
+        assert body["encoding_format"] == "float" and body["add_generation_prompt"] is True
+        system, user = body["messages"]
+        assert system == {"role": "system", "content": DEFAULT_DOCUMENT_INSTRUCTION}
+        assert user["role"] == "user" and [c["type"] for c in user["content"]] == ["image_url"]
+    # The two crops are sent concurrently: tell them apart by what they show, not by arrival order.
+    imgs = [_decode_png(body["messages"][1]["content"][0]["image_url"]["url"]) for body in reqs]
+    dark = [(np.asarray(im.convert("L")) < 64).mean() for im in imgs]
+    text, fig = (imgs[0], imgs[1]) if dark[0] < dark[1] else (imgs[1], imgs[0])
     # Block 0 is 172 x 18 points; at 150 dpi that is 358 x 37 pixels (pdfium rounds the crop window).
-    assert abs(img.size[0] - 172 * 150 / 72) <= 2 and abs(img.size[1] - 18 * 150 / 72) <= 2
+    assert abs(text.size[0] - 172 * 150 / 72) <= 2 and abs(text.size[1] - 18 * 150 / 72) <= 2
     # The figure crop (block 1) is the black rectangle: mostly dark pixels.
-    fig = np.asarray(_decode_png(reqs[1]["messages"][1]["content"][0]["image_url"]["url"]).convert("L"))
-    assert (fig < 64).mean() > 0.9
+    assert (np.asarray(fig.convert("L")) < 64).mean() > 0.9
 
 
 def test_http_query_request_is_text_under_the_query_instruction():

@@ -20,7 +20,7 @@ from reward.judge import HttpJudge, JudgeRequest, JudgeScores, ServerOutageError
 from reward.replicas import UrlListAction, parse_urls
 from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHAT = "/v1/chat/completions"
 # A server process answering every chat call after DELAY seconds (so calls are in flight when one is killed).
 SERVER = """

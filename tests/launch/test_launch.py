@@ -29,7 +29,7 @@ import pytest
 
 from launch.runlog import find_resume_point
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 

@@ -27,8 +27,8 @@ from data_prep.types import InputError
 from eval.infer import merge_shards, shard_file
 from eval.schemas import Element, Gold
 from tests.conftest import REPO
-from tests.test_longdocurl import write_pdf
-from tests.test_prep_array import SBATCH_ARGS, slurm_reason, wait_done
+from tests.data_prep.test_longdocurl import write_pdf
+from tests.launch.test_prep_array import SBATCH_ARGS, slurm_reason, wait_done
 
 PY = sys.executable
 SCRIPT = str(REPO / "launch" / "eval_8b.sh")

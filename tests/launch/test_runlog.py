@@ -275,7 +275,7 @@ def test_check_recipe_rejects_settings_that_break_chaining(trainer, error):
 def test_the_projects_recipe_passes_the_chaining_checks():
     from launch.runlog import load_recipe
 
-    recipe = Path(__file__).resolve().parents[1] / "recipes" / "qwen3vl_8b_grpo.yaml"
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "qwen3vl_8b_grpo.yaml"
     if not recipe.exists():
         pytest.skip("recipes/qwen3vl_8b_grpo.yaml not written yet")
     assert check_recipe(load_recipe(recipe), {}) == []
@@ -385,7 +385,7 @@ def test_plan_pins_the_recipes_relative_paths_and_tells_the_reward_its_batch_sha
     assert v["QC_BATCH_GROUPS_OVERRIDE"] == v["QC_KEEP_BAND_OVERRIDE"] == ""
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_merge_puts_each_training_batch_record_on_its_step(tmp_path):

@@ -16,7 +16,7 @@ from data_prep.parsers.pdftext import PdfTextParser
 from data_prep.text import token_f1, tokenize
 from data_prep.types import InputError
 from tests.conftest import fixture_path
-from tests.test_rotation import BLACK_TEXT, RED_TEXT, _rotated_pdf
+from tests.data_prep.test_rotation import BLACK_TEXT, RED_TEXT, _rotated_pdf
 
 DOCLING_DOCS = [
     "2305.03393v1-pg9",

@@ -1,5 +1,5 @@
 """recipes/qwen3vl_8b_lat.yaml's own values (the structural checks shared with the quote recipe run in
-tests/test_recipe.py on both recipes): LAT's published settings, the reward kwargs, the Chain-of-Evidence prompt."""
+tests/reward/test_recipe.py on both recipes): LAT's published settings, the reward kwargs, the Chain-of-Evidence prompt."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from tests.test_recipe import ENV, KEYS, RECIPES, REPO, easyr1_schema, flatten
+from tests.reward.test_recipe import ENV, KEYS, RECIPES, REPO, easyr1_schema, flatten
 
 RECIPE = RECIPES["lat"]
 FLAT = flatten(yaml.safe_load(RECIPE.read_text()), KEYS)

@@ -1,6 +1,6 @@
 """MinerU parser: conversion of every MinerU output schema (real fixtures and generated 4.x files), validation
 against the PDF, and the subprocess contract of running ``mineru-kit`` (checked with stand-in scripts; the real
-MinerU runs in tests/test_mineru_run.py)."""
+MinerU runs in tests/data_prep/test_mineru_run.py)."""
 
 from __future__ import annotations
 
@@ -395,7 +395,7 @@ ROT_PARA = ("Pears ripened two weeks early in the southern groves.", 300, 420, 1
 @pytest.fixture(scope="module")
 def v4_case(tmp_path_factory):
     """A generated 2-page PDF (page 2 carries /Rotate 90, displayed landscape) and a docvortex.middle 2.0 file
-    for it with the structure mineru-kit 4.0.12 writes (see tests/test_mineru_run.py for the real thing)."""
+    for it with the structure mineru-kit 4.0.12 writes (see tests/data_prep/test_mineru_run.py for the real thing)."""
     tmp = tmp_path_factory.mktemp("v4")
     a4 = (595.276, 841.89)
     pdf = write_pdf(

@@ -1,5 +1,5 @@
 """MultAttnAttrib on page images and layout blocks (eval/attention.py), on a tiny randomly initialised Qwen3-VL
-with eager attention on the CPU (the checkpoint of tests/test_qwen3vl_encoder.py) and the project's sample PDF."""
+with eager attention on the CPU (the checkpoint of tests/data_prep/test_qwen3vl_encoder.py) and the project's sample PDF."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from eval.attention import (  # noqa: E402
     token_boxes,
     tokens_in_box,
 )
-from tests.test_qwen3vl_encoder import _tiny_checkpoint  # noqa: E402
+from tests.data_prep.test_qwen3vl_encoder import _tiny_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="module")

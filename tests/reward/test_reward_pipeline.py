@@ -68,7 +68,7 @@ def test_plugin_loads_by_file_path_as_easyr1_does(cache):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "reward" / "quote_reward.py"
+    path = Path(__file__).resolve().parents[2] / "reward" / "quote_reward.py"
     spec = importlib.util.spec_from_file_location("custom_reward_fn", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -539,7 +539,7 @@ def test_plugin_loads_and_runs_from_a_checkout_that_is_not_installed(cache, tmp_
     import sysconfig
     from pathlib import Path
 
-    plugin = Path(__file__).resolve().parents[1] / "reward" / "quote_reward.py"
+    plugin = Path(__file__).resolve().parents[2] / "reward" / "quote_reward.py"
     batch = [inp({"answer": QA.answer, "quotes": [EN, ROW]}, gt(cache)), inp("prose", gt(cache))]
     script = f"""
 import importlib.util, json, sys

@@ -17,10 +17,10 @@ from data_prep.cli import main as cli_main
 from data_prep.groundtruth import pack_ground_truth, unpack_ground_truth
 from reward.config import RewardConfig
 from reward.preflight import FAILURE_PREFIX, apply_overrides, check_training_set, resolve_env
+from tests.data_prep.test_longdocurl import PAGE, PIXELS, write_jsonl, write_pdf
 from tests.support.openai_server import Reply, ScriptedOpenAIServer
-from tests.test_longdocurl import PAGE, PIXELS, write_jsonl, write_pdf
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMMANDS = {"check": ("reward.cmd_check", "check")}
 RECORDS = [  # LongDocURL-shaped; d1 has 6 pages, d2 4; windows of 3 pages
     {"question_id": "q1", "doc_no": "d1", "question": "What is on page 2?", "answer": "alpha",

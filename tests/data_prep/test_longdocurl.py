@@ -285,7 +285,7 @@ def test_reward_plugin_scores_a_response_against_a_built_row(built, shared_cache
     evidence_page = next(r for r in longdocurl_records() if r["question_id"] == gt.qid)["evidence_pages"][0]
     block = next(b for b in load_cache(shared_cache, row["doc_key"]).blocks if b.page == evidence_page)
     spec = importlib.util.spec_from_file_location(
-        "custom_reward_fn_ldu", Path(__file__).resolve().parents[1] / "reward" / "quote_reward.py"
+        "custom_reward_fn_ldu", Path(__file__).resolve().parents[2] / "reward" / "quote_reward.py"
     )
     plugin = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plugin)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "qwen3vl_8b_grpo.yaml"
 RECIPES = {"grpo": RECIPE, "lat": REPO / "recipes" / "qwen3vl_8b_lat.yaml"}
 """Every recipe: tests marked :func:`both_recipes` run on each (the LAT baseline's own values: test_recipe_lat.py)."""
@@ -33,7 +33,7 @@ OPEN_MAPPINGS = {
     "worker.rollout.val_override_config",
 }
 # EasyR1's keys as read from its source once (types, defaults). The quote recipe's keys are checked by EasyR1's own
-# classes in the easyr1 tier; this list remains only for tests/test_recipe_lat.py until that moves to the tier.
+# classes in the easyr1 tier; this list remains only for tests/reward/test_recipe_lat.py until that moves to the tier.
 KEYS_FILE = REPO / "tests" / "data" / "easyr1_b44b311_config_keys.txt"
 N_GPUS = 2  # the trainer's GPUs (the third serves the judge and the embedder outside Ray)
 ENV = {

@@ -153,7 +153,7 @@ def test_lat_step_reward_with_colqwen2_is_lats_late_interaction(enc, cache):
     scores against the step texts (tau -1: any score passes)."""
     from reward.config import RewardConfig
     from reward.lat import LateInteractionStepEmbedder, locate, make_step_embedder, parse_coe, score_batch
-    from tests.test_lat_reward import CAPTION, ROW, block, gt, response
+    from tests.reward.test_lat_reward import CAPTION, ROW, block, gt, response
 
     embedder = make_step_embedder(enc, dpi=72)
     assert isinstance(embedder, LateInteractionStepEmbedder) and embedder.name == "late-interaction:colqwen2"

@@ -16,7 +16,7 @@ import pytest
 
 from launch.layout import node_address
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 GRPO = str(REPO / "launch" / "grpo_8b.sh")
 EVAL = str(REPO / "launch" / "eval_8b.sh")
