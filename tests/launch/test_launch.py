@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,23 +27,10 @@ from pathlib import Path
 import pytest
 
 from launch.runlog import find_resume_point
+from tests.support.slurm import slurm_reason as _slurm_reason
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
-
-
-def _slurm_reason() -> str:
-    if not os.environ.get("QUOTECITE_SLURM"):
-        return "QUOTECITE_SLURM is not set (.ci/run sets it after starting Slurm with .ci/slurm_up.sh)"
-    if not shutil.which("sinfo"):
-        return "no sinfo on PATH (Slurm is not installed; run .ci/slurm_up.sh)"
-    try:
-        r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10)
-    except subprocess.TimeoutExpired:
-        return "sinfo did not answer within 10 s"
-    if r.returncode != 0 or not r.stdout.strip():
-        return f"sinfo does not answer: {r.stderr.strip() or 'no partition'}"
-    return ""
 
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(_slurm_reason()), reason=_slurm_reason() or "-")]

@@ -33,6 +33,7 @@ from data_prep.shards import Shard, shard_of
 from data_prep.types import InputError
 from tests.conftest import FIXTURES, REPO
 from tests.data_prep.test_longdocurl import longdocurl_records, write_jsonl, write_pdf
+from tests.support.slurm import slurm_reason
 
 PY = sys.executable
 SCRIPT = str(REPO / "launch" / "prep_array.sh")
@@ -44,21 +45,6 @@ SBATCH_ARGS = "--cpus-per-task=1 --time=00:10:00"
 
 
 # --------------------------------------------------------------------------------------------- Slurm helpers
-def slurm_reason() -> str:
-    """Why the Slurm tests cannot run here ("" when they can)."""
-    if not os.environ.get("QUOTECITE_SLURM"):
-        return "QUOTECITE_SLURM is not set (.ci/run sets it after starting Slurm with .ci/slurm_up.sh)"
-    if not shutil.which("sinfo"):
-        return "no sinfo on PATH (Slurm is not installed; run .ci/slurm_up.sh)"
-    try:
-        r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10)
-    except subprocess.TimeoutExpired:
-        return "sinfo did not answer within 10 s"
-    if r.returncode != 0 or not r.stdout.strip():
-        return f"sinfo does not answer: {r.stderr.strip() or 'no partition'}"
-    return ""
-
-
 needs_slurm = [pytest.mark.slurm, pytest.mark.skipif(bool(slurm_reason()), reason=slurm_reason() or "-")]
 
 
