@@ -17,15 +17,12 @@ Accuracy: the share of quotes resolved to their source block.
 
 from __future__ import annotations
 
-import collections
-import random
 import time
 
 import pytest
 
 from benchmarks.report import print_table
-from tests.conftest import fixture_path
-from tests.reward.test_reward_resolve import ENGLISH_FIXTURES, paraphrase, verbatim_quote
+from tests.reward.test_reward_resolve import paraphrase, quote_sources, verbatim_quote
 
 RESOLVERS = ("embedding", "bm25", "bm25_lucene", "lexical", "fused")
 TRUNCATED_WORDS = 5
@@ -57,21 +54,7 @@ def context_for(group) -> str:
 
 @pytest.fixture(scope="module")
 def fixture_docs(tmp_path_factory):
-    from data_prep.cache import build_cache
-    from data_prep.encoders import get_encoder
-    from data_prep.parsers import get_parser
-
-    encoder = get_encoder("minilm")
-    cache_dir = tmp_path_factory.mktemp("bench-resolvers")
-    docs = []
-    for name in ENGLISH_FIXTURES:
-        pdf = fixture_path("docling-project_docling", name)
-        cached = build_cache(pdf, get_parser("pdftext"), encoder, cache_dir)
-        counts = collections.Counter(b.text for b in cached.blocks)
-        src = [b for b in cached.blocks if len(b.text.split()) >= 8 and counts[b.text] == 1]
-        random.Random(0).shuffle(src)
-        docs.append((cached, [src[i : i + GROUP] for i in range(0, len(src), GROUP)]))
-    return encoder, docs
+    return quote_sources(tmp_path_factory.mktemp("bench-resolvers"), GROUP)
 
 
 def accuracy(encoder, docs, make_quote, resolver: str, with_context: bool = True) -> tuple[int, int, float]:

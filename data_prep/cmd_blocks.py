@@ -94,8 +94,6 @@ def _make_encoder(args: argparse.Namespace):
                 takers = ", ".join(ENCODERS.with_need(need))
                 raise InputError(f"{flag} only applies to --encoder {takers} (got --encoder {args.encoder})")
             kwargs[key] = value
-    if "url" in kwargs:
-        kwargs["transport"] = "http"
     return get_encoder(args.encoder, **kwargs)
 
 

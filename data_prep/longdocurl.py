@@ -395,13 +395,12 @@ class _Builder:
 
     def check_names(self) -> None:
         """Fail before any work on a misspelt parser or encoder (``KeyError`` with a did-you-mean)."""
-        from data_prep.encoders import ENCODERS, encoder_names
-        from data_prep.parsers import PARSERS, parser_names
+        from data_prep.encoders import ENCODERS
+        from data_prep.parsers import PARSERS
 
-        parser_names(), encoder_names()  # import every plug-in module so the registries are complete
-        PARSERS.get(self.c.parser)
+        PARSERS.entry(self.c.parser)
         if self.c.encoder != "none":
-            ENCODERS.get(self.c.encoder)
+            ENCODERS.entry(self.c.encoder)
 
     def text_tokens(self, question: str) -> int:
         content = render_prompt_text(self.template, question) if self.template is not None else question

@@ -66,21 +66,15 @@ class Registry(Generic[T]):
     Args:
         kind: what is registered, for messages ("judge", "resolver").
         base: a class every class entry must subclass (checked when a lazy entry is loaded), or None.
-        loaders: modules imported before the first lookup, where the entries register themselves with the
-            decorator (the registry's own module cannot import them without a cycle).
         needs: every need an entry of this kind may declare (a typo in an entry or in a caller's question is an
             error); None: whatever the entries declare.
     """
 
-    def __init__(
-        self, kind: str, base: type | None = None, loaders: Iterable[str] = (), needs: Iterable[str] | None = None
-    ) -> None:
+    def __init__(self, kind: str, base: type | None = None, needs: Iterable[str] | None = None) -> None:
         self.kind = kind
         self.base = base
         self.vocabulary = None if needs is None else frozenset(needs)
         self._items: dict[str, Entry] = {}
-        self._loaders = tuple(loaders)
-        self._loaded = not self._loaders
 
     # ----------------------------------------------------------------------------------------- registering
     def register(
@@ -115,18 +109,10 @@ class Registry(Generic[T]):
         self._items.pop(name, None)
 
     # ----------------------------------------------------------------------------------------- looking up
-    def _ensure_loaded(self) -> None:
-        if not self._loaded:
-            self._loaded = True
-            for mod in self._loaders:
-                importlib.import_module(mod)
-
     def names(self) -> list[str]:
-        self._ensure_loaded()
         return sorted(self._items)
 
     def entry(self, name: str) -> Entry:
-        self._ensure_loaded()
         try:
             return self._items[name]
         except KeyError:
@@ -184,7 +170,6 @@ class Registry(Generic[T]):
         ]
 
     def __contains__(self, name: str) -> bool:
-        self._ensure_loaded()
         return name in self._items
 
 
@@ -194,13 +179,10 @@ def _missing_members(obj, base: type) -> list[str]:
     encoder's ``dim`` may ask its server)."""
     if not getattr(base, "_is_protocol", False):
         return [] if isinstance(obj, base) else [base.__name__]
-    members = [n for n in getattr(base, "__annotations__", {})]
+    members = [*getattr(base, "__annotations__", {})]
     members += [n for n, v in vars(base).items() if callable(v) and not n.startswith("_")]
-    return (
-        [n for n in members if n not in vars(obj) and not hasattr(type(obj), n)]
-        if hasattr(obj, "__dict__")
-        else [n for n in members if not hasattr(type(obj), n)]
-    )
+    own = getattr(obj, "__dict__", {})
+    return [n for n in members if n not in own and not hasattr(type(obj), n)]
 
 
 def _first_line(obj) -> str:

@@ -121,7 +121,7 @@ def run_judge(golds: Sequence[Gold], preds: Sequence[Prediction | None], judge, 
     questions they hit unjudged."""
     from reward.judge import JudgeRequest, JudgeSettings, JudgeStats, crop_pngs
 
-    settings = getattr(judge, "settings", None) or JudgeSettings()  # crops: at most six at 150 dpi (Appendix A)
+    settings = JudgeSettings()  # the crops: at most six at 150 dpi (Appendix A), as the reward's judge sees them
 
     by_doc: dict[str, list[int]] = {}
     for i, g in enumerate(golds):
@@ -387,35 +387,30 @@ def make_judge(args: argparse.Namespace):
         raise InputError(f"give either --judge-url (a judge server) or --judge {name}, not both")
     if needs_url and not args.judge_url:
         raise InputError(f"--judge {name} needs --judge-url (its server)")
+    if not needs_url:
+        return build_judge(name)
+    if not args.judge_model:
+        raise InputError("--judge-url needs --judge-model (the served model name)")
     settings = JudgeSettings(
         concurrency=args.judge_concurrency,
         outage_s=args.judge_outage_s,
         prompt_path=str(args.judge_prompt) if args.judge_prompt else None,
     )
-    if not needs_url:
-        judge = build_judge(name, settings=settings)
-    else:
-        if not args.judge_model:
-            raise InputError("--judge-url needs --judge-model (the served model name)")
-        if getattr(args, "judge_protocol", "citevqa") == "citevqa":
-            from eval.citevqa import CiteVQAJudge
+    if getattr(args, "judge_protocol", "citevqa") == "citevqa":
+        from eval.citevqa import CiteVQAJudge
 
-            if args.judge_prompt:
-                raise InputError(
-                    "--judge-prompt is the rubric judge's prompt; the CiteVQA judge reads its prompts from "
-                    "--citevqa-dir (add --judge-protocol rubric to use --judge-prompt)"
-                )
-            kwargs = {k: v for k, v in settings.client_kwargs().items() if k != "prompt_path"}
-            judge = CiteVQAJudge(
-                citevqa_dir=getattr(args, "citevqa_dir", None),
-                base_url=args.judge_url,
-                model=args.judge_model,
-                **kwargs,
+        if args.judge_prompt:
+            raise InputError(
+                "--judge-prompt is the rubric judge's prompt; the CiteVQA judge reads its prompts from "
+                "--citevqa-dir (add --judge-protocol rubric to use --judge-prompt)"
             )
-        else:
-            judge = build_judge(name, args.judge_url, args.judge_model, settings)
-    judge.settings = settings  # the crops run_judge renders for it
-    return judge
+        return CiteVQAJudge(
+            citevqa_dir=getattr(args, "citevqa_dir", None),
+            base_url=args.judge_url,
+            model=args.judge_model,
+            **settings.client_kwargs(),
+        )
+    return build_judge(name, args.judge_url, args.judge_model, settings)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

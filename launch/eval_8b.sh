@@ -242,20 +242,15 @@ if [[ -z $QC_PHASE ]]; then # submit the array and the scoring job
   QC_ARRAY_SBATCH=(--array="$QC_TASKS" --gpus-per-node=2 --output="$QC_OUT/logs/infer-%A_%a.out"
     "${QC_SBATCH_EXTRA[@]}" --export="$QC_EXPORT,QUOTECITE_EVAL_PHASE=infer" "$QC_SCRIPT")
   qc_score_sbatch() {
-    QC_SCORE_SBATCH=(--dependency="afterok:$1" --kill-on-invalid-dep=yes --gpus-per-node=1
+    QC_FINAL_SBATCH=(--dependency="afterok:$1" --kill-on-invalid-dep=yes --gpus-per-node=1
       --output="$QC_OUT/logs/score-%j.out" "${QC_SBATCH_EXTRA[@]}" --export="$QC_EXPORT,QUOTECITE_EVAL_PHASE=score"
       "$QC_SCRIPT")
   }
   if [[ $QC_DRY_RUN != 1 ]]; then
     mkdir -p "$QC_OUT/base" "$QC_OUT/lora" "$QC_OUT/logs" || qc_die "cannot create $QC_OUT"
-    QC_ARRAY_JOB=$(qc_sbatch_clean "${QC_ARRAY_SBATCH[@]}") || qc_die "sbatch of the inference array failed"
-    QC_ARRAY_JOB=${QC_ARRAY_JOB%%;*}
-    qc_score_sbatch "$QC_ARRAY_JOB"
-    QC_SCORE_JOB=$(qc_sbatch_clean "${QC_SCORE_SBATCH[@]}") ||
-      qc_die "sbatch of the scoring job failed (inference array $QC_ARRAY_JOB was submitted)"
-    QC_SCORE_JOB=${QC_SCORE_JOB%%;*}
+    qc_submit_chain "inference array" "scoring job" qc_score_sbatch
     echo "array job $QC_ARRAY_JOB: inference shards $QC_TASKS of $QC_SHARDS (logs $QC_OUT/logs/infer-${QC_ARRAY_JOB}_*.out)"
-    echo "score job $QC_SCORE_JOB: after afterok:$QC_ARRAY_JOB (log $QC_OUT/logs/score-$QC_SCORE_JOB.out)"
+    echo "score job $QC_FINAL_JOB: after afterok:$QC_ARRAY_JOB (log $QC_OUT/logs/score-$QC_FINAL_JOB.out)"
     exit 0
   fi
   cat <<EOT
@@ -293,7 +288,7 @@ EOT
   done
   qc_score_sbatch ARRAYJOB
   echo "# 2. the scoring job, 1 GPU, after every task succeeded (cancelled if one fails):"
-  echo "+ sbatch --parsable $(qc_quote "${QC_SCORE_SBATCH[@]}")"
+  echo "+ sbatch --parsable $(qc_quote "${QC_FINAL_SBATCH[@]}")"
   QC_PHASE=score
 fi
 

@@ -167,11 +167,6 @@ EOF
 fi
 
 mkdir -p "$QC_LOG_DIR" || qc_die "cannot create the log folder $QC_LOG_DIR"
-QC_ARRAY_JOB=$(qc_sbatch_clean "${QC_ARRAY_SBATCH[@]}") || qc_die "sbatch of the array job failed"
-QC_ARRAY_JOB=${QC_ARRAY_JOB%%;*}
-qc_final_sbatch "$QC_ARRAY_JOB"
-QC_FINAL_JOB=$(qc_sbatch_clean "${QC_FINAL_SBATCH[@]}") ||
-  qc_die "sbatch of the final step failed (array job $QC_ARRAY_JOB was submitted; scancel it or submit the final step)"
-QC_FINAL_JOB=${QC_FINAL_JOB%%;*}
+qc_submit_chain "array job" "final step" qc_final_sbatch
 echo "array job $QC_ARRAY_JOB: shards $QC_TASKS of $QC_SHARDS (logs $QC_LOG_DIR/shard-${QC_ARRAY_JOB}_*.out)"
 echo "final job $QC_FINAL_JOB: after afterok:$QC_ARRAY_JOB (log $QC_LOG_DIR/final-$QC_FINAL_JOB.out)"

@@ -159,14 +159,13 @@ def make_quote_encoder(cached: CachedDoc, name: str | None = None, embed_url: st
     cache's encoder fingerprint records (``"<name>:<json settings>"``), served over HTTP at ``embed_url`` (default:
     env ``QUOTECITE_EMBED_URL``) when the encoder takes a ``url``. Raises :class:`InputError` when the result's
     fingerprint differs from the cache's (its vectors would live in another space)."""
-    from data_prep.encoders import ENCODERS, encoder_names, get_encoder
+    from data_prep.encoders import ENCODERS, get_encoder
 
     meta = cached.manifest.get("encoder") or {}
     name = name or meta.get("name")
     if not name:
         raise InputError(f"cache {cached.key} was built without an encoder; use resolver 'lexical' or 'bm25'")
     embed_url = embed_url if embed_url is not None else os.environ.get("QUOTECITE_EMBED_URL")
-    encoder_names()  # imports every encoder module, so the registry is complete
     try:
         factory = ENCODERS.get(name)
     except KeyError as e:
@@ -183,10 +182,8 @@ def make_quote_encoder(cached: CachedDoc, name: str | None = None, embed_url: st
             settings = None
         if isinstance(settings, dict):
             kwargs.update({k: v for k, v in settings.items() if open_kwargs or k in params})
-    if embed_url and (open_kwargs or "url" in params):
-        kwargs["url"] = embed_url
-        if open_kwargs or "transport" in params:
-            kwargs["transport"] = "http"
+    if embed_url and ENCODERS.needs(name, "url"):
+        kwargs["url"] = embed_url  # served: the encoder talks to the server
     encoder = get_encoder(name, **kwargs)
     if fingerprint and encoder.fingerprint() != fingerprint:
         raise InputError(

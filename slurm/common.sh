@@ -195,6 +195,18 @@ qc_sbatch_clean() {
   env "${unset_args[@]}" sbatch --parsable "$@"
 }
 
+# qc_submit_chain ARRAY_WHAT FINAL_WHAT BUILD_FINAL: submit the array job QC_ARRAY_SBATCH, then the job that
+# `BUILD_FINAL ARRAY_JOB_ID` puts in QC_FINAL_SBATCH (it depends on the array); sets QC_ARRAY_JOB and QC_FINAL_JOB.
+# The data-prep and evaluation arrays are both submitted this way.
+qc_submit_chain() {
+  QC_ARRAY_JOB=$(qc_sbatch_clean "${QC_ARRAY_SBATCH[@]}") || qc_die "sbatch of the $1 failed"
+  QC_ARRAY_JOB=${QC_ARRAY_JOB%%;*}
+  "$3" "$QC_ARRAY_JOB"
+  QC_FINAL_JOB=$(qc_sbatch_clean "${QC_FINAL_SBATCH[@]}") ||
+    qc_die "sbatch of the $2 failed ($1 $QC_ARRAY_JOB was submitted; scancel it or submit the $2)"
+  QC_FINAL_JOB=${QC_FINAL_JOB%%;*}
+}
+
 # qc_servers_plan: ports, URLs and command lines of the servers: the judge (one or several replicas: QC_SERVERS names
 # them judge, judge2, ...) and the embedder, from QC_JUDGE_CMD / QC_EMBED_CMD (arrays: the program, e.g. "vllm serve")
 # and the QUOTECITE_* settings. Sets QC_JUDGE_URL (comma-separated when there are replicas: the reward spreads its

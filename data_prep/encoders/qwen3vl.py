@@ -72,8 +72,9 @@ class Qwen3VLEmbeddingSettings:
 
     model: str = DEFAULT_MODEL
     """(key) Model identity: the name the vLLM server serves, and what the cache key records for both transports."""
-    transport: str = "transformers"
-    """``transformers`` (in-process) or ``http`` (a vLLM server at ``url``)."""
+    transport: str | None = None
+    """``transformers`` (in-process) or ``http`` (a vLLM server at ``url``); None: ``http`` when ``url`` is set,
+    else ``transformers``."""
     model_path: str | None = None
     """Local checkpoint directory for the ``transformers`` transport (default: ``model``, if it is a directory)."""
     url: str | None = None
@@ -116,6 +117,8 @@ class Qwen3VLEmbeddingSettings:
     """``http``: wait before the first retry; doubled for each further one."""
 
     def __post_init__(self) -> None:
+        if self.transport is None:
+            object.__setattr__(self, "transport", "http" if self.url else "transformers")
         if self.transport not in TRANSPORTS:
             raise InputError(f"qwen3-vl-embedding: transport {self.transport!r} is not one of {TRANSPORTS}")
         if self.block_content not in BLOCK_CONTENTS:
@@ -512,7 +515,7 @@ class Qwen3VLEmbeddingEncoder:
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise InputError(f"qwen3-vl-embedding: unknown settings {unknown}; known: {sorted(known)}")
-        self.settings = replace(settings or Qwen3VLEmbeddingSettings(), **kwargs)
+        self.settings = replace(settings, **kwargs) if settings is not None else Qwen3VLEmbeddingSettings(**kwargs)
         s = self.settings
         self.backend = TransformersBackend(s) if s.transport == "transformers" else HTTPBackend(s)
         self._dim: int | None = None

@@ -20,13 +20,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from launch.runlog import find_resume_point
+from tests.support.slurm import jobs_named, wait_for
 from tests.support.slurm import slurm_reason as _slurm_reason
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,16 +57,6 @@ SBATCH_ARGS = "--cpus-per-task=1 --time=00:10:00 --signal=B:USR1@1"
 
 
 # --------------------------------------------------------------------------------------------- helpers
-def wait_for(pred, timeout: float, what: str, poll: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def show_job(job: str) -> dict[str, str]:
     """`scontrol show job -o` as a dict (there is no sacct without accounting)."""
     r = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, check=True)
@@ -75,16 +65,6 @@ def show_job(job: str) -> dict[str, str]:
         k, _, v = tok.partition("=")
         out.setdefault(k, v)
     return out
-
-
-def jobs_named(name: str) -> list[str]:
-    r = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, check=True)
-    ids = []
-    for line in r.stdout.splitlines():
-        f = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
-        if f.get("JobName") == name:
-            ids.append(f["JobId"])
-    return sorted(ids, key=int)
 
 
 def kill_every_process_of(job: str) -> None:
@@ -207,16 +187,6 @@ def assert_every_step_once(run: Run, max_steps: int) -> list[dict]:
     summary = json.loads((run.dir / "run_summary.json").read_text())
     assert summary["missing"] == []
     return log
-
-
-@pytest.fixture
-def cleanup_jobs():
-    runs: list[Run] = []
-    yield runs
-    for run in runs:
-        ids = jobs_named(run.name)
-        if ids:
-            subprocess.run(["scancel", *ids], check=False)
 
 
 # --------------------------------------------------------------------------------------------- tests

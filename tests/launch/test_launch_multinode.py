@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.test_launch import REPO, SBATCH_ARGS, Run, T, assert_every_step_once, show_job, wait_for
+from tests.launch.test_launch import REPO, SBATCH_ARGS, Run, T, assert_every_step_once, show_job
 from tests.launch.test_launch import _slurm_reason as _base_reason
+from tests.support.slurm import wait_for
 
 PARTITION_ARGS = "-p ci3 --nodes=3 --gpus-per-node=1"
 RAY = REPO / ".venv" / "bin" / "ray"
@@ -68,22 +69,10 @@ class MultiRun(Run):
         return [line for line in out.splitlines() if self.ray_tmp in line and not line.lstrip().startswith("Z")]
 
 
-@pytest.fixture
-def runs():
-    made: list[MultiRun] = []
-    yield made
-    from tests.launch.test_launch import jobs_named
-
-    for run in made:
-        ids = jobs_named(run.name)
-        if ids:
-            subprocess.run(["scancel", *ids], check=False)
-
-
-def test_three_nodes_train_on_a_ray_cluster_across_a_requeue_with_every_step_once(tmp_path, runs):
+def test_three_nodes_train_on_a_ray_cluster_across_a_requeue_with_every_step_once(tmp_path, cleanup_jobs):
     # save every 3 steps; the requeue lands after step 4 is logged, so the rerun repeats step 4 from checkpoint 3
     run = MultiRun(tmp_path, max_steps=6, save_freq=3, gate=True)
-    runs.append(run)
+    cleanup_jobs.append(run)
     run.allow(4)
     job = run.submit()
     first = f"{job}-0"
@@ -122,9 +111,9 @@ def test_three_nodes_train_on_a_ray_cluster_across_a_requeue_with_every_step_onc
     wait_for(lambda: not run.ray_processes(), 30, "every Ray process to end with the job")
 
 
-def test_a_ray_worker_step_that_dies_fails_the_segment_naming_its_node(tmp_path, runs):
+def test_a_ray_worker_step_that_dies_fails_the_segment_naming_its_node(tmp_path, cleanup_jobs):
     run = MultiRun(tmp_path, max_steps=3, gate=True)
-    runs.append(run)
+    cleanup_jobs.append(run)
     run.allow(1)
     job = run.submit()
     wait_for(lambda: max(run.logged_steps(f"{job}-0"), default=0) == 1, T, "step 1 logged")
@@ -149,13 +138,13 @@ def test_a_ray_worker_step_that_dies_fails_the_segment_naming_its_node(tmp_path,
     wait_for(lambda: not run.ray_processes(), 30, "every Ray process to end with the job")
 
 
-def test_two_judge_replicas_on_two_nodes_one_killed_the_other_answers(tmp_path, runs):
+def test_two_judge_replicas_on_two_nodes_one_killed_the_other_answers(tmp_path, cleanup_jobs):
     # Serving GPUs 2 and judge replicas 2: judge 1 on ci3n2, judge 2 and the embedder on ci3n3, the trainer on ci3n1
     # alone (no Ray cluster). Judge 2 is killed after step 2; the launch polls only every 5 s, so step 3's judge
     # call meets the dead replica: the reward must send it to judge 1 at once (no outage wait).
     run = MultiRun(tmp_path, max_steps=4, gate=True, QUOTECITE_SERVE_GPUS="2", QUOTECITE_JUDGE_REPLICAS="2",
                    QUOTECITE_POLL_SECONDS="5", QUOTECITE_STANDIN_STEP_SECONDS="0.2")  # fmt: skip
-    runs.append(run)
+    cleanup_jobs.append(run)
     run.allow(2)
     job = run.submit()
     seg = f"{job}-0"

@@ -22,7 +22,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from data_prep.shards import Shard, shard_of
 from data_prep.types import InputError
 from tests.conftest import FIXTURES, REPO
 from tests.data_prep.test_longdocurl import longdocurl_records, write_jsonl, write_pdf
-from tests.support.slurm import slurm_reason
+from tests.support.slurm import slurm_reason, wait_for
 
 PY = sys.executable
 SCRIPT = str(REPO / "launch" / "prep_array.sh")
@@ -46,16 +45,6 @@ SBATCH_ARGS = "--cpus-per-task=1 --time=00:10:00"
 
 # --------------------------------------------------------------------------------------------- Slurm helpers
 needs_slurm = [pytest.mark.slurm, pytest.mark.skipif(bool(slurm_reason()), reason=slurm_reason() or "-")]
-
-
-def wait_for(pred, timeout: float, what: str, poll: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def job_states(job: str) -> dict[str, str]:
@@ -72,17 +61,11 @@ def job_states(job: str) -> dict[str, str]:
 def wait_done(job: str, timeout: float = T) -> dict[str, str]:
     """Wait until the job (every task of it) is in a final state; returns the states."""
     return wait_for(
-        lambda: (s := job_states(job)) and all(v in FINAL for v in s.values()) and s, timeout, f"job {job} to end"
+        lambda: (s := job_states(job)) and all(v in FINAL for v in s.values()) and s,
+        timeout,
+        f"job {job} to end",
+        poll=0.5,
     )
-
-
-@pytest.fixture
-def cleanup_jobs():
-    """Job names to cancel after the test (passing or not)."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        subprocess.run(["scancel", "--name", name], capture_output=True)
 
 
 # --------------------------------------------------------------------------------------------- data set

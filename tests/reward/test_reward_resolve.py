@@ -294,16 +294,15 @@ def paraphrase(quote: str) -> str:
     return " ".join(words)
 
 
-@pytest.fixture(scope="module")
-def fixture_quotes(tmp_path_factory):
-    """(cache, source blocks in response groups of 4) for each English Docling fixture, parsed with pdftext and
-    embedded with MiniLM. Source blocks: >= 8 words and a text no other block has (so the answer is unique)."""
+def quote_sources(cache_dir, group: int = 4):
+    """``(encoder, [(cache, source blocks in response groups of group)])`` for each English Docling fixture, parsed
+    with pdftext and embedded with MiniLM into ``cache_dir``. Source blocks: >= 8 words and a text no other block
+    has (so the answer is unique). The benchmark of the resolvers reads the same sources."""
     from data_prep.cache import build_cache
     from data_prep.encoders import get_encoder
     from data_prep.parsers import get_parser
 
     encoder = get_encoder("minilm")
-    cache_dir = tmp_path_factory.mktemp("resolve-cache")
     out = []
     for name in ENGLISH_FIXTURES:
         pdf = fixture_path("docling-project_docling", name)
@@ -311,8 +310,13 @@ def fixture_quotes(tmp_path_factory):
         counts = collections.Counter(b.text for b in cached.blocks)
         src = [b for b in cached.blocks if len(b.text.split()) >= 8 and counts[b.text] == 1]
         random.Random(0).shuffle(src)
-        out.append((cached, [src[i : i + 4] for i in range(0, len(src), 4)]))
+        out.append((cached, [src[i : i + group] for i in range(0, len(src), group)]))
     return encoder, out
+
+
+@pytest.fixture(scope="module")
+def fixture_quotes(tmp_path_factory):
+    return quote_sources(tmp_path_factory.mktemp("resolve-cache"))
 
 
 def resolution_rate(encoder, docs, make_quote, resolver: str) -> tuple[int, int]:
