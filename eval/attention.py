@@ -410,32 +410,46 @@ class HeadSet:
 # ---------------------------------------------------------------------------------------------- the model
 class AttentionModel:
     """A Qwen3-VL checkpoint read through :class:`AttentionRecorder` (transformers, in process; the GPU run is
-    described in ``eval/gpu_attention.md``). ``inner``: the attention kernel that computes the layer outputs."""
+    described in ``eval/gpu_attention.md``). ``inner``: the attention kernel that computes the layer outputs.
+    :meth:`from_parts` wraps a model already in memory (the cost benchmark's randomly initialised one)."""
 
     def __init__(self, model_path: str | Path, device: str = "auto", dtype: str = "auto", inner: str = "sdpa") -> None:
         import torch
         from transformers import AutoTokenizer, Qwen3VLModel
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-        self.name = str(model_path)
         dev = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         dt = (
             (torch.bfloat16 if dev.startswith("cuda") else torch.float32) if dtype == "auto" else getattr(torch, dtype)
         )
-        self.device = torch.device(dev)
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(model_path)
-        self.model = Qwen3VLModel.from_pretrained(model_path, dtype=dt, attn_implementation=inner).to(self.device)
-        self.model.eval()
+        model = Qwen3VLModel.from_pretrained(model_path, dtype=dt, attn_implementation=inner).to(dev)
+        self._setup(
+            model, AutoTokenizer.from_pretrained(model_path), Qwen2VLImageProcessorPil.from_pretrained(model_path),
+            inner, str(model_path),
+        )  # fmt: skip
+
+    @classmethod
+    def from_parts(
+        cls, model, tokenizer, image_processor, inner: str = "sdpa", name: str = "in-memory"
+    ) -> AttentionModel:
+        am = cls.__new__(cls)
+        am._setup(model, tokenizer, image_processor, inner, name)
+        return am
+
+    def _setup(self, model, tokenizer, image_processor, inner: str, name: str) -> None:
+        self.name = name
+        self.tokenizer, self.image_processor = tokenizer, image_processor
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
         self.recorder = AttentionRecorder(inner)
         self.recorder.install(self.model)
         self.merge = int(self.image_processor.merge_size)
 
-    def attention(
+    def inputs(
         self, images, pages, question: str, answer: str, text_layer=None, corrupt_spans=(), donor_ids=()
-    ) -> tuple[PromptLayout, np.ndarray]:
-        """One prefill: the layout of the prompt and the query tokens' attention ``(layers, heads, keys)``.
-        ``corrupt_spans``: token spans replaced by ``donor_ids`` (same length; the text corruption of CMA)."""
+    ) -> tuple[PromptLayout, dict]:
+        """The prompt's layout and the model's input tensors for one prefill. ``corrupt_spans``: token spans replaced
+        by ``donor_ids`` (same length; the text corruption of CMA)."""
         import torch
 
         feats = self.image_processor(list(images), return_tensors="pt")
@@ -455,13 +469,26 @@ class AttentionModel:
             "image_grid_thw": feats["image_grid_thw"].to(self.device),
             "mm_token_type_ids": (ids == self.model.config.image_token_id).int(),
         }
+        return layout, batch
+
+    def record(self, layout: PromptLayout, batch: dict) -> np.ndarray:
+        """One prefill of ``batch``; the query tokens' attention ``(layers, heads, keys)``."""
+        import torch
+
         self.recorder.query_positions = layout.query
         try:
             with torch.inference_mode():
                 self.model(**batch, use_cache=False)
         finally:
             self.recorder.query_positions = None
-        return layout, self.recorder.take()
+        return self.recorder.take()
+
+    def attention(
+        self, images, pages, question: str, answer: str, text_layer=None, corrupt_spans=(), donor_ids=()
+    ) -> tuple[PromptLayout, np.ndarray]:
+        """One prefill: the layout of the prompt and the query tokens' attention ``(layers, heads, keys)``."""
+        layout, batch = self.inputs(images, pages, question, answer, text_layer, corrupt_spans, donor_ids)
+        return layout, self.record(layout, batch)
 
 
 # ---------------------------------------------------------------------------------------------- probes -> head set

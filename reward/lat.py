@@ -2,23 +2,30 @@
 2511.12003, AAAI 2026) on our EasyR1 stack, so that the LAT baseline trains on the same documents, model and
 trainer as our reward.
 
-Sources of every number. Two sources, named in brackets after each number below:
+Sources of every number. Three sources, named in brackets after each number below:
 
 * [paper]: the paper (arXiv 2511.12003), its Stage II reward design, where ``R_acc``, ``R_step``, ``R_ground``
   and ``R_format`` are defined, its implementation details (hyperparameters) and its threshold-sensitivity
-  study. Its equation numbers are not cited here: they could not be checked against the paper's text while this
-  was written, and a wrong number is worse than none. The terms are cited by the paper's own symbols.
+  study. Its equation numbers are not cited here: the paper's body text could not be read from this project's
+  machines (only its abstract and summaries were reachable), and a wrong number is worse than none. The terms are
+  cited by the paper's own symbols.
+* [figure]: the paper's framework figure, panel "Rule-based Reward Design" (LAT's repository ships the same
+  figure as ``fig/framework.jpg``). It writes the overall reward as ``R = R_step + R_acc + R_ground + R_format``
+  (hence unit weights), ``R_acc`` from "EM & Recall (ground-truth answer, answer)", ``R_ground = 1`` when
+  ``IoU(ground-truth box, box) > 0.5``, ``R_format = 1`` for ``<think>...</think>\\n<answer>...</answer>``, and
+  ``R_step`` from ColQwen2 MaxSim scores of the step crops against the step texts.
 * [code]: LAT's released training code (github.com/PolarisLiu1/LAT, ``src/grpo.py``: ``accuracy_reward``,
   ``step_reward``, ``iou_reward``, ``format_reward``), which writes out the constants the paper leaves in words.
 
 Our own constants (not LAT's) say so: :data:`COORD_SCALE`, :data:`MIN_CROP_PT`, ``crop_dpi``, ``max_steps``.
 
 * **Format** ``R_format``: +1 when the whole response is ``<think>...</think>`` then ``<answer>...</answer>``,
-  else -1 [paper: +1 for correct ``<think>``/``<answer>`` tagging, -1 otherwise; code: ``format_reward``].
+  else -1 [paper: +1 for correct ``<think>``/``<answer>`` tagging, -1 otherwise; figure; code:
+  ``format_reward``].
 * **Accuracy** ``R_acc = 0.5 * EM + 0.5 * Recall``: ``EM`` is LAT's soft exact match (the normalised answer
   contains the normalised gold, or is contained in it), ``Recall`` the share of gold tokens found in the answer
-  [paper: the accuracy reward averages exact match and recall, hence the two weights 0.5; code:
-  ``accuracy_reward``]. Box lines are removed from the answer first. **Loophole closed:** in the released code an
+  [paper: the accuracy reward averages exact match and recall, hence the two weights 0.5; figure: "EM & Recall";
+  code: ``accuracy_reward``]. Box lines are removed from the answer first. **Loophole closed:** in the released code an
   empty answer is "contained" in every gold answer (``"" in gold`` is true) and earns 0.5; here an answer that
   normalises to nothing earns 0 (:func:`accuracy`).
 * **Stepwise attribution** ``R_step`` [paper: each predicted box is cropped, crop and step text are encoded by a
@@ -35,12 +42,13 @@ Our own constants (not LAT's) say so: :data:`COORD_SCALE`, :data:`MIN_CROP_PT`, 
   [code: ``len(results_iou) > 1``].
 * **Grounding** ``R_ground``: 1 when a box of ``<answer>`` has ``IoU > 0.5`` with a gold evidence box on the
   same page and every answer box is also one of the chain's step boxes, else 0 [paper: paid when the answer's box
-  has IoU above 0.5 with the ground-truth evidence on the correct page; code: ``iou_reward``, including its
-  ``json_str in think`` condition]. Only questions whose ground truth carries evidence boxes can earn it;
+  has IoU above 0.5 with the ground-truth evidence on the correct page; figure: ``IoU(...) > 0.5``; code:
+  ``iou_reward``, including its ``json_str in think`` condition]. Only questions whose ground truth carries evidence boxes can earn it;
   ``ground_known`` says which did.
 
 ``R = w_format R_format + w_accuracy R_acc + w_step R_step + w_ground R_ground`` with every weight 1 by default
-[code: LAT's TRL trainer sums its reward functions with TRL's default unit weights], so ``R`` lies in [-1, 4]. The weights are the
+[figure: ``R = R_step + R_acc + R_ground + R_format``; code: LAT's TRL trainer sums its reward functions with
+TRL's default unit weights], so ``R`` lies in [-1, 4]. The weights are the
 reward form's ``weights`` (:mod:`reward.scoring`).
 
 Differences forced by our setting, each a setting: the similarity comes from our encoder interface (the reward's
@@ -94,8 +102,8 @@ MIN_CROP_PT = 4.0
 rule of our block crops), so no crop is empty."""
 
 DEFAULT_WEIGHTS: dict[str, float] = {"format": 1.0, "accuracy": 1.0, "step": 1.0, "ground": 1.0}
-"""LAT sums its four rewards with unit weights [code: TRL's default ``reward_weights``; paper: the reward is
-the combination of the four terms]."""
+"""LAT sums its four rewards with unit weights [figure: ``R = R_step + R_acc + R_ground + R_format``; code:
+TRL's default ``reward_weights``]."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +121,8 @@ class LatSettings:
     ``R_step``; code: ``reward_acc < 0.4`` zeroes it]."""
     ground_iou: float = 0.5
     """An answer box grounds the answer when its IoU with a gold evidence box is above this [paper: ``R_ground``,
-    IoU above 0.5 on the correct page; code: ``iou_reward``, ``> 0.5``]."""
+    IoU above 0.5 on the correct page; figure: ``IoU(ground-truth box, box) > 0.5``; code: ``iou_reward``,
+    ``> 0.5``]."""
     min_steps: int = 2
     """Fewest steps a chain needs for ``R_step`` [code: ``len(results_iou) > 1``]."""
     crop_dpi: float = 150.0

@@ -22,76 +22,13 @@ from data_prep.encoders.qwen3vl import (
     widen_bbox,
 )
 from data_prep.types import Block, InputError
-
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
-WORDS = (
-    "\n system user assistant represent the input retrieve region of a document page paragraph list table figure "
-    "or caption that contains this quoted evidence revenue grew by 12 % in 2023 net income fell sales rose . , ' "
-    "( ) : - null text title"
-).split(" ")
-HIDDEN = 32
-MERGE = 2
-SMALL_PIXELS = 32 * 32 * 12  # keeps the tiny model's image token count small (at most 12)
-
-
-def _tiny_checkpoint(path) -> tuple[object, dict]:
-    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3VLConfig, Qwen3VLModel
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    vocab = {t: i for i, t in enumerate(SPECIAL + ["[UNK]"] + sorted({w for w in WORDS if w}))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tok.normalizer = normalizers.Lowercase()
-    # "\n" stays a token (as in Qwen's BPE), so the prompt's final token is the "\n" after "assistant".
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r"[ \t]+"), behavior="removed"),
-            pre_tokenizers.Split(Regex(r"\n"), behavior="isolated"),
-            pre_tokenizers.Punctuation(),
-        ]
-    )
-    PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="<|endoftext|>", extra_special_tokens=SPECIAL[1:]
-    ).save_pretrained(path)
-    Qwen2VLImageProcessorPil(patch_size=16, merge_size=MERGE, temporal_patch_size=2).save_pretrained(path)
-    cfg = Qwen3VLConfig(
-        text_config=dict(
-            vocab_size=len(vocab),
-            hidden_size=HIDDEN,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
-        ),
-        vision_config=dict(
-            depth=2,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=4,
-            out_hidden_size=HIDDEN,
-            patch_size=16,
-            spatial_merge_size=MERGE,
-            temporal_patch_size=2,
-            num_position_embeddings=64,
-            deepstack_visual_indexes=[1],
-        ),
-        image_token_id=vocab["<|image_pad|>"],
-        video_token_id=vocab["[UNK]"],
-        vision_start_token_id=vocab["<|vision_start|>"],
-        vision_end_token_id=vocab["<|vision_end|>"],
-    )
-    torch.manual_seed(0)
-    model = Qwen3VLModel(cfg).eval()
-    model.save_pretrained(path)
-    return model, vocab
+from tests.support.tiny_qwen3vl import HIDDEN, MERGE, SMALL_PIXELS, write_checkpoint
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-qwen3-vl")
-    model, vocab = _tiny_checkpoint(path)
+    model, vocab = write_checkpoint(path)
     return path, model, vocab
 
 

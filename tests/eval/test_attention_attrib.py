@@ -31,7 +31,7 @@ from eval.attention import (  # noqa: E402
     token_boxes,
     tokens_in_box,
 )
-from tests.data_prep.test_qwen3vl_encoder import _tiny_checkpoint  # noqa: E402
+from tests.support.tiny_qwen3vl import QWEN3_VL_8B, config, write_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def tiny(tmp_path_factory):
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     path = tmp_path_factory.mktemp("tiny-qwen3-vl-attn")
-    _tiny_checkpoint(path)
+    write_checkpoint(path)
     tok = AutoTokenizer.from_pretrained(path)
     ip = Qwen2VLImageProcessorPil.from_pretrained(path)
     model = Qwen3VLModel.from_pretrained(path, attn_implementation="eager").eval()
@@ -253,7 +253,7 @@ def test_eval_infer_attention_builds_saves_and_reuses_the_head_set(tiny, sample_
 
     cache = build_cache(sample_pdf, get_parser("pdftext"), get_encoder("minilm"), tmp_path / "cache")
     model_dir = tmp_path / "model"
-    _tiny_checkpoint(model_dir)
+    write_checkpoint(model_dir)
     golds = []
     for i, qa in enumerate(SAMPLE_FACTS.qa[:3]):
         facts = [SAMPLE_FACTS.fact(k) for k in qa.evidence]
@@ -289,7 +289,7 @@ def test_text_layer_evidence_is_corrupted_with_an_equal_length_span(tmp_path):
 
     from eval.attention import AttentionModel, Probe, evidence_positions, identify_heads
 
-    _tiny_checkpoint(tmp_path / "m")
+    write_checkpoint(tmp_path / "m")
     am = AttentionModel(tmp_path / "m", inner="eager")
     size = (200.0, 100.0)
     blocks = [Block(0, 1, (10.0, 10.0, 190.0, 40.0), "text", "revenue grew by 12 % in 2023"),
@@ -313,3 +313,20 @@ def test_text_layer_evidence_is_corrupted_with_an_equal_length_span(tmp_path):
     assert (mas > 0).all()  # every head puts some attention on the evidence
     with pytest.raises(InputError, match="at least two probes"):
         identify_heads(am, probes[:1], "cma")
+
+
+def test_the_cost_benchmarks_8b_shapes_are_qwen3_vl_8b():
+    """benchmarks/bench_attention.py measures the GPU cost on Qwen3-VL-8B-Instruct's shapes with random weights;
+    those shapes give the published parameter count (8.77B) and the layout the recorder's estimates assume."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    from tests.support.tiny_qwen3vl import SPECIAL
+
+    vocab = {t: i for i, t in enumerate(SPECIAL + ["[UNK]"])}
+    cfg = config(vocab, **QWEN3_VL_8B)
+    with torch.device("meta"):
+        model = Qwen3VLForConditionalGeneration(cfg)
+    assert sum(p.numel() for p in model.parameters()) == 8_767_123_696
+    text = cfg.text_config
+    assert (text.num_hidden_layers, text.num_attention_heads, text.num_key_value_heads) == (36, 32, 8)
+    assert cfg.vision_config.out_hidden_size == text.hidden_size == 4096

@@ -304,10 +304,10 @@ def test_image_attribution_with_a_tiny_qwen3vl(cache, tmp_path_factory):
     """The multimodal path: crops of the step regions embedded as images by the Qwen3-VL encoder interface."""
     pytest.importorskip("transformers")
     from data_prep.encoders import get_encoder
-    from tests.data_prep.test_qwen3vl_encoder import SMALL_PIXELS, _tiny_checkpoint
+    from tests.support.tiny_qwen3vl import SMALL_PIXELS, write_checkpoint
 
     path = tmp_path_factory.mktemp("tiny-qwen3-vl-lat")
-    _tiny_checkpoint(path)
+    write_checkpoint(path)
     enc = get_encoder("qwen3-vl-embedding", model_path=str(path), model="tiny", max_pixels=SMALL_PIXELS)
     cap, table = block(cache, CAPTION), block(cache, "Shenzhen | 150")
     r = response(cache, [(CAPTION, cap), (ROW, table)], answer_block=table)
