@@ -148,6 +148,33 @@ def test_ground_reward(answer_regions, step_regions, evidence, expected):
     assert ground_reward(_answer(len(answer_regions)), answer_regions, step_regions, evidence, S) == expected
 
 
+# --------------------------------------------------------------------------------------------- the paper's example
+def test_the_worked_example_of_the_papers_framework_figure_scores_four():
+    """The "Rule-based Reward Design" panel of LAT's framework figure: a three-step chain on image 1, the answer
+    "24,000" for the gold "24000" with the box of step 1, step similarities 0.46 ... 0.52; the figure pays
+    R_acc = R_step = R_ground = R_format = 1 and sums them, R = 4."""
+    from reward.lat import DEFAULT_WEIGHTS
+
+    boxes = [(46, 38, 546, 308), (46, 321, 546, 340), (163, 215, 239, 254)]
+    texts = ["Figure 4 in image 1 seems relevant.", "The caption mentions group B Streptococcal disease.",
+             "The pie chart section labeled Latin America shows a value of 24,000."]  # fmt: skip
+
+    def box(b):
+        return "Bounding box: " + json.dumps({"bbox_2d": list(b), "Image_index": 1})
+
+    chain = "\n".join(f"{i + 1}. {t} {box(b)}" for i, (t, b) in enumerate(zip(texts, boxes, strict=True)))
+    parsed = parse_coe(f"<think>{chain}</think>\n<answer>24,000.\n{box(boxes[0])}</answer>")
+    steps = [Region(1, tuple(float(x) for x in b), t) for b, t in zip(boxes, texts, strict=True)]
+    terms = {
+        "format": format_reward(parsed),
+        "accuracy": (acc := accuracy(parsed.answer, "24000")),
+        "step": step_reward([0.46, 0.49, 0.52], steps, acc, S).reward,
+        "ground": ground_reward(parsed, [steps[0]], steps, [(1, steps[0].bbox)], S),
+    }
+    assert [s.text for s in parsed.steps] == texts and terms == dict.fromkeys(terms, 1.0)
+    assert sum(DEFAULT_WEIGHTS[k] * v for k, v in terms.items()) == 4.0
+
+
 # --------------------------------------------------------------------------------------------- plugin path
 @pytest.fixture(scope="module")
 def cache(sample_pdf, tmp_path_factory):
