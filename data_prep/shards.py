@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -29,6 +30,17 @@ def shard_of(key: str, count: int) -> int:
     if count < 1:
         raise ValueError(f"shard count must be at least 1, got {count}")
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") % count + 1
+
+
+def shard_plan(keys: Iterable[str], count: int, noun: str) -> list[str]:
+    """One line per shard saying how many of ``keys`` it holds (the launch scripts' dry-run plans).
+
+    >>> shard_plan([f"doc{i}" for i in range(10)], 2, "documents")
+    ['#   shard 1/2: 2 of 10 documents', '#   shard 2/2: 8 of 10 documents']
+    """
+    keys = list(keys)
+    by_shard = Counter(shard_of(k, count) for k in keys)
+    return [f"#   shard {i}/{count}: {by_shard[i]} of {len(keys)} {noun}" for i in range(1, count + 1)]
 
 
 @dataclass(frozen=True)

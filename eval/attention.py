@@ -414,14 +414,12 @@ class AttentionModel:
     :meth:`from_parts` wraps a model already in memory (the cost benchmark's randomly initialised one)."""
 
     def __init__(self, model_path: str | Path, device: str = "auto", dtype: str = "auto", inner: str = "sdpa") -> None:
-        import torch
         from transformers import AutoTokenizer, Qwen3VLModel
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-        dev = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-        dt = (
-            (torch.bfloat16 if dev.startswith("cuda") else torch.float32) if dtype == "auto" else getattr(torch, dtype)
-        )
+        from data_prep.encoders import torch_placement
+
+        dev, dt = torch_placement(device, dtype, "attention interface")
         model = Qwen3VLModel.from_pretrained(model_path, dtype=dt, attn_implementation=inner).to(dev)
         self._setup(
             model, AutoTokenizer.from_pretrained(model_path), Qwen2VLImageProcessorPil.from_pretrained(model_path),

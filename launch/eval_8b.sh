@@ -263,17 +263,12 @@ EOT
   if [[ -f $QC_GOLD ]]; then
     "$QC_PY" - "$QC_GOLD" "$QC_SHARDS" "$QC_LIMIT" <<'EOT' || qc_die "cannot read $QC_GOLD"
 import sys
-from collections import Counter
 
-from data_prep.shards import shard_of
+from data_prep.shards import shard_plan
 from eval.schemas import read_gold
 
 limit = int(sys.argv[3]) if sys.argv[3] else None
-keys = [g.key for g in read_gold(sys.argv[1])[:limit]]
-n = int(sys.argv[2])
-by_shard = Counter(shard_of(k, n) for k in keys)
-for i in range(1, n + 1):
-    print(f"#   shard {i}/{n}: {by_shard[i]} of {len(keys)} questions")
+print("\n".join(shard_plan([g.key for g in read_gold(sys.argv[1])[:limit]], int(sys.argv[2]), "questions")))
 EOT
   fi
   echo "# 1. the inference array, 2 GPUs a task:"

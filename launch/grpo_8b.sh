@@ -556,6 +556,16 @@ qc_nap() {
   kill $! 2>/dev/null
 }
 
+# A server or Ray worker failed under a running trainer: stop it and end the pass with STATUS and MESSAGE.
+qc_abort_trainer() {
+  qc_log "error: $2; stopping the trainer"
+  qc_stop "$QC_PID_trainer" trainer 30
+  wait "$QC_PID_trainer" 2>/dev/null
+  QC_TRAINER_RC=$?
+  QC_STATUS=$1
+  QC_END_MESSAGE=$2
+}
+
 # One pass per trainer start: servers, (first pass only) the reward check, the trainer, its end. A trainer that stops
 # on a judge/embedder outage (the reward's server_outage.json in its segment) gets fresh servers and a new segment
 # that resumes from the last complete checkpoint, at most QUOTECITE_MAX_RESTARTS times per job.
@@ -625,21 +635,11 @@ while :; do
   while [[ -z $QC_STATUS ]] && kill -0 "$QC_PID_trainer" 2>/dev/null; do
     qc_nap "$QC_POLL"
     if ! qc_check_servers; then
-      qc_log "error: $QC_HEALTH_ERROR; stopping the trainer"
-      qc_stop "$QC_PID_trainer" trainer 30
-      wait "$QC_PID_trainer" 2>/dev/null
-      QC_TRAINER_RC=$?
-      QC_STATUS=server_failed
-      QC_END_MESSAGE=$QC_HEALTH_ERROR
+      qc_abort_trainer server_failed "$QC_HEALTH_ERROR"
       break
     fi
     if ! qc_check_ray; then
-      qc_log "error: $QC_RAY_ERROR; stopping the trainer"
-      qc_stop "$QC_PID_trainer" trainer 30
-      wait "$QC_PID_trainer" 2>/dev/null
-      QC_TRAINER_RC=$?
-      QC_STATUS=crashed
-      QC_END_MESSAGE=$QC_RAY_ERROR
+      qc_abort_trainer crashed "$QC_RAY_ERROR"
       break
     fi
     if [[ $QC_STOP_REQUESTED == 1 && $QC_STOP_HANDLED == 0 ]]; then

@@ -142,16 +142,11 @@ if [[ $QC_DRY_RUN == 1 ]]; then
   if [[ -f $QC_JSONL ]]; then
     "$QC_PY" - "$QC_JSONL" "$QC_SHARDS" <<'EOF' || qc_die "cannot read $QC_JSONL"
 import sys
-from collections import Counter
 
 from data_prep.longdocurl import load_records
-from data_prep.shards import shard_of
+from data_prep.shards import shard_plan
 
-docs = sorted({r.doc_no for r in load_records(sys.argv[1])})
-n = int(sys.argv[2])
-by_shard = Counter(shard_of(d, n) for d in docs)
-for i in range(1, n + 1):
-    print(f"#   shard {i}/{n}: {by_shard[i]} of {len(docs)} documents")
+print("\n".join(shard_plan({r.doc_no for r in load_records(sys.argv[1])}, int(sys.argv[2]), "documents")))
 EOF
   fi
   echo "# 1. the array job (task I runs shard I/$QC_SHARDS):"

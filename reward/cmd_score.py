@@ -105,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--judge-outage-s", type=finite_float, default=None,
         help="seconds to wait out a judge/embedder outage (probing /health) before stopping with an error (0: none; "
-        "default: 30)",
+        f"default: {CLI_OUTAGE_S:g})",
     )  # fmt: skip
     parser.add_argument(
         "--max-quotes",

@@ -580,6 +580,7 @@ class _Item:
     step_regions: list = field(default_factory=list)
     answer_regions: list = field(default_factory=list)
     sims: np.ndarray | None = None
+    acc: float = 0.0
     failed: bool = False
 
 
@@ -665,14 +666,16 @@ class LatScorer:
         return out
 
     def _embed(self, items: list[_Item]) -> None:
-        """Similarities of every placed step (up to ``max_steps``), one PDF open per document."""
+        """Similarities of every placed step (up to ``max_steps``): one PDF open and one embedder call per document
+        (its responses' steps together, as the quote reward batches its quotes); when that call fails, each
+        response's steps alone, so only the responses whose steps cannot be embedded are unscorable."""
         by_doc: dict[str, list[_Item]] = defaultdict(list)
         for it in items:
-            acc = accuracy(it.parsed.answer, it.gt.answer)
+            it.acc = accuracy(it.parsed.answer, it.gt.answer)
             n = len(it.step_regions)
             it.sims = np.zeros(n, np.float32)
             # The similarities cannot change the reward of a chain that is too short or whose answer is wrong.
-            if n >= self.settings.min_steps and acc >= self.settings.epsilon and any(it.step_regions):
+            if n >= self.settings.min_steps and it.acc >= self.settings.epsilon and any(it.step_regions):
                 by_doc[it.cached.key].append(it)
         for its in by_doc.values():
             cached = its[0].cached
@@ -685,25 +688,39 @@ class LatScorer:
                 for it in its:
                     it.failed = True
                 continue
+            idx = [
+                [k for k, r in enumerate(it.step_regions[: self.settings.max_steps]) if r is not None] for it in its
+            ]
             with cached.open_pdf() as doc:
-                for it in its:
-                    idx = [k for k, r in enumerate(it.step_regions[: self.settings.max_steps]) if r is not None]
-                    try:
-                        sims = embedder.similarities(cached, [it.step_regions[k] for k in idx], doc)
-                    except InputError:
-                        raise
-                    except Exception as e:
-                        log.warning("LAT step similarities of %s failed: %s", it.gt.qid, e)
-                        it.failed = True
-                        continue
-                    it.sims[idx] = np.asarray(sims, np.float32)
+                try:
+                    flat = [it.step_regions[k] for it, ks in zip(its, idx, strict=True) for k in ks]
+                    sims = np.asarray(embedder.similarities(cached, flat, doc), np.float32)
+                    parts = np.split(sims, np.cumsum([len(ks) for ks in idx])[:-1])
+                except InputError:
+                    raise
+                except Exception as e:
+                    log.warning("LAT step similarities of %s failed (%s); embedding per response", cached.key, e)
+                    parts = [self._one(embedder, cached, doc, it, ks) for it, ks in zip(its, idx, strict=True)]
+            for it, ks, part in zip(its, idx, parts, strict=True):
+                if part is not None:
+                    it.sims[ks] = part
+
+    @staticmethod
+    def _one(embedder, cached, doc, it: _Item, ks: list[int]) -> np.ndarray | None:
+        try:
+            return np.asarray(embedder.similarities(cached, [it.step_regions[k] for k in ks], doc), np.float32)
+        except InputError:
+            raise
+        except Exception as e:
+            log.warning("LAT step similarities of %s failed: %s", it.gt.qid, e)
+            it.failed = True
+            return None
 
     def _rewards(self, items: list[_Item], embed_s: float) -> list[LatBreakdown]:
         s, w = self.settings, self.weights
         out: list[LatBreakdown | None] = []
         for it in items:
-            fmt = format_reward(it.parsed)
-            acc = accuracy(it.parsed.answer, it.gt.answer)
+            fmt, acc = format_reward(it.parsed), it.acc
             step = step_reward(list(it.sims), it.step_regions, acc, s)
             ground = ground_reward(it.parsed, it.answer_regions, it.step_regions, it.evidence, s)
             overall = w["format"] * fmt + w["accuracy"] * acc + w["step"] * step.reward + w["ground"] * ground
@@ -741,26 +758,11 @@ class LatScorer:
 
 
 def _append_counters(counters: dict) -> None:
-    """One JSON line per batch in ``$QUOTECITE_METRICS_DIR/reward_counters.jsonl`` (as the quote reward does), so a
+    """One JSON line per batch in ``$QUOTECITE_METRICS_DIR/reward_counters.jsonl``, as the quote reward writes, so a
     launch's job segment sums them; never raises."""
-    import os
-    from pathlib import Path
+    from reward.pipeline import append_metrics_line
 
-    from reward.pipeline import METRICS_DIR_ENV
-
-    folder = os.environ.get(METRICS_DIR_ENV)
-    if not folder:
-        return
-    line = json.dumps({"time": round(time.time(), 3), "reward_form": "lat", **counters}) + "\n"
-    try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        fd = os.open(Path(folder) / "reward_counters.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode())  # one write on an O_APPEND descriptor: lines never interleave
-        finally:
-            os.close(fd)
-    except OSError as e:
-        log.warning("could not append LAT reward counters to %s: %s", folder, e)
+    append_metrics_line("reward_counters.jsonl", {"time": round(time.time(), 3), "reward_form": "lat", **counters})
 
 
 _SCORERS: OrderedDict[str, LatScorer] = OrderedDict()

@@ -197,7 +197,8 @@ SERVER_OUTAGE = "server_outage.json"
 """Written to ``$QUOTECITE_METRICS_DIR`` just before :class:`~reward.judge.ServerOutageError` leaves the reward."""
 
 
-def _append_line(name: str, obj: dict) -> None:
+def append_metrics_line(name: str, obj: dict) -> None:
+    """One JSON line appended to ``$QUOTECITE_METRICS_DIR/name`` (nothing when unset); never raises."""
     folder = os.environ.get(METRICS_DIR_ENV)
     if not folder:
         return
@@ -215,7 +216,7 @@ def _append_line(name: str, obj: dict) -> None:
 
 
 def _append_counters(stats: BatchStats) -> None:
-    _append_line("reward_counters.jsonl", {"time": round(time.time(), 3), **stats.counters()})
+    append_metrics_line("reward_counters.jsonl", {"time": round(time.time(), 3), **stats.counters()})
 
 
 def _report_outage(e: ServerOutageError) -> None:
@@ -298,7 +299,7 @@ class TrainBatchTracker:
             "counters": {k: round(v, 3) if isinstance(v, float) else v for k, v in sorted(self.counters.items())},
             "qids": list(self.qids),
         }
-        _append_line(REWARD_BATCHES, record)
+        append_metrics_line(REWARD_BATCHES, record)
         self._reset()
         return record
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from data_prep.document import Document
 from data_prep.registry import Registry
-from data_prep.types import Block
+from data_prep.types import Block, InputError
 
 
 class Encoder(Protocol):
@@ -55,6 +55,20 @@ def get_encoder(name: str, **kwargs) -> Encoder:
 
 def encoder_names() -> list[str]:
     return ENCODERS.names()
+
+
+def torch_placement(device: str, dtype: str, who: str) -> tuple:
+    """``(torch.device, torch.dtype)`` for a transformers model: device ``auto`` is CUDA when available, else the
+    CPU; dtype ``auto`` is bfloat16 on CUDA and float32 on a CPU; a dtype torch lacks is an error naming ``who``."""
+    import torch
+
+    dev = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype == "auto":
+        return torch.device(dev), (torch.bfloat16 if dev.startswith("cuda") else torch.float32)
+    dt = getattr(torch, dtype, None)
+    if not isinstance(dt, torch.dtype):
+        raise InputError(f"{who}: dtype {dtype!r} is not a torch dtype (e.g. bfloat16)")
+    return torch.device(dev), dt
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:

@@ -33,7 +33,7 @@ import numpy as np
 from PIL import Image
 
 from data_prep.document import Document
-from data_prep.encoders import l2_normalize
+from data_prep.encoders import l2_normalize, torch_placement
 from data_prep.types import Block, InputError
 
 DEFAULT_MODEL = "vidore/colqwen2-v1.0-hf"
@@ -80,20 +80,11 @@ class ColQwen2Encoder:
     def _load(self):
         with self._lock:
             if self._model is None:
-                import torch
                 from transformers import ColQwen2ForRetrieval, ColQwen2Processor
                 from transformers.utils import logging as hf_logging
 
                 hf_logging.disable_progress_bar()
-                device = self.device_name
-                if device == "auto":
-                    device = "cuda" if torch.cuda.is_available() else "cpu"
-                if self.dtype_name == "auto":
-                    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-                else:
-                    dtype = getattr(torch, self.dtype_name, None)
-                    if not isinstance(dtype, torch.dtype):
-                        raise InputError(f"colqwen2: dtype {self.dtype_name!r} is not a torch dtype (e.g. bfloat16)")
+                device, dtype = torch_placement(self.device_name, self.dtype_name, "colqwen2")
                 local = Path(self.model_path).expanduser()
                 if self.model_path.startswith(("/", ".", "~")) and not (local / "config.json").is_file():
                     raise InputError(
@@ -104,8 +95,8 @@ class ColQwen2Encoder:
                     model = ColQwen2ForRetrieval.from_pretrained(self.model_path, dtype=dtype)
                 except (OSError, ValueError) as e:  # no such Hub id / no network / a folder of something else
                     raise InputError(f"colqwen2: cannot load {self.model_path!r} ({e})") from None
-                self._device = torch.device(device)
-                self._model = model.to(self._device).eval()
+                self._device = device
+                self._model = model.to(device).eval()
             return self._model
 
     @property

@@ -45,7 +45,7 @@ import numpy as np
 from PIL import Image
 
 from data_prep.document import DEFAULT_CROP_DPI, Document
-from data_prep.encoders import l2_normalize
+from data_prep.encoders import l2_normalize, torch_placement
 from data_prep.encoders.minilm import block_text
 from data_prep.types import BBox, Block, InputError
 
@@ -305,21 +305,13 @@ class TransformersBackend:
                 self._load()
 
     def _load(self) -> None:
-        import torch
         from transformers import AutoTokenizer, Qwen3VLModel
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # no per-weight loading bar on stderr
         s = self.settings
-        device = s.device if s.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-        if s.dtype == "auto":
-            dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        else:
-            dtype = getattr(torch, s.dtype, None)
-            if not isinstance(dtype, torch.dtype):
-                raise InputError(f"qwen3-vl-embedding: dtype {s.dtype!r} is not a torch dtype (e.g. bfloat16)")
-        self.device = torch.device(device)
+        self.device, dtype = torch_placement(s.device, s.dtype, "qwen3-vl-embedding")
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         # The PIL image processor needs no torchvision; the checkpoint's preprocessor_config.json sets its patch sizes.
         self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(self.path)

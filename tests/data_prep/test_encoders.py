@@ -14,10 +14,10 @@ from PIL import Image
 from reportlab.pdfgen import canvas
 
 from data_prep.document import Document
-from data_prep.encoders import encoder_names, get_encoder, l2_normalize
+from data_prep.encoders import encoder_names, get_encoder, l2_normalize, torch_placement
 from data_prep.encoders.minilm import block_text
 from data_prep.encoders.qwen3vl import DEFAULT_DOCUMENT_INSTRUCTION, DEFAULT_QUERY_INSTRUCTION, EmbeddingServerError
-from data_prep.types import Block
+from data_prep.types import Block, InputError
 from tests.support.openai_server import Reply, ScriptedOpenAIServer, embeddings_response
 
 
@@ -220,3 +220,14 @@ def test_http_other_items_stop_retrying_once_one_item_has_failed():
             _http(srv, max_concurrency=4, max_retries=3, retry_backoff_s=0.3).embed_texts([f"q{k}" for k in range(4)])
         # Without the abort, q1..q3 would make 4 attempts each (13 requests in all); with it, at most 2 each.
         assert srv.count("/v1/embeddings") <= 7
+
+
+def test_torch_placement_is_one_rule_for_every_transformers_model():
+    """The qwen3-vl-embedding and colqwen2 encoders and the attention interface place their models by this rule."""
+    torch = pytest.importorskip("torch")
+
+    assert torch_placement("cpu", "auto", "x") == (torch.device("cpu"), torch.float32)
+    assert torch_placement("cpu", "bfloat16", "x") == (torch.device("cpu"), torch.bfloat16)
+    for bad in ("float99", "Tensor"):  # not an attribute of torch / an attribute that is no dtype
+        with pytest.raises(InputError, match=f"colqwen2: dtype '{bad}' is not a torch dtype"):
+            torch_placement("cpu", bad, "colqwen2")

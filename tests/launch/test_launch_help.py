@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import REPO
 
-SCRIPTS = ["launch/grpo_8b.sh", "launch/eval_8b.sh"]
+SCRIPTS = ["launch/grpo_8b.sh", "launch/eval_8b.sh", "launch/prep_array.sh"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -326,6 +326,37 @@ def test_unreachable_image_embedder_makes_the_response_unscorable(cache):
     assert (a.unscorable, a.overall) == (1.0, 2.0)
 
 
+def test_one_embedder_call_per_document_and_a_failure_stays_with_its_response(cache):
+    """The steps of every response on one document go to the embedder together; when that call fails, each
+    response's steps are embedded alone, so only the response whose steps fail is unscorable."""
+    from data_prep.encoders import get_encoder
+    from reward.lat import TextLayerStepEmbedder
+
+    class Recording(TextLayerStepEmbedder):
+        def __init__(self, poison=None):
+            super().__init__(get_encoder("minilm"))
+            self.poison, self.calls = poison, []
+
+        def similarities(self, cached, regions, doc):
+            self.calls.append(len(regions))
+            if any(r.text == self.poison for r in regions):
+                raise RuntimeError("embedding server hiccup")
+            return super().similarities(cached, regions, doc)
+
+    cap, table = block(cache, CAPTION), block(cache, "Shenzhen | 150")
+    good = response(cache, [(CAPTION, cap), (ROW, table)], answer_block=table)
+    odd = response(cache, [("Yields by site.", cap), (ROW, table)], answer_block=table)
+    inputs = [{"response": r, "response_length": 1, "ground_truth": gt(cache)} for r in (good, odd, good)]
+    cfg = RewardConfig(cache_dir=str(cache.path.parent), reward_form="lat", judge="lexical")
+    clean = Recording()
+    assert [d.overall for d in score_batch(inputs, cfg, embedder=clean)] == [4.0, 4.0, 4.0]
+    assert clean.calls == [6]
+    poisoned = Recording(poison="Yields by site.")
+    out = score_batch(inputs, cfg, embedder=poisoned)
+    assert poisoned.calls == [6, 2, 2, 2]
+    assert [(d.unscorable, d.overall) for d in out] == [(0.0, 4.0), (1.0, 4.0), (0.0, 4.0)]
+
+
 # --------------------------------------------------------------------------------------------- image attribution
 def test_image_attribution_with_a_tiny_qwen3vl(cache, tmp_path_factory):
     """The multimodal path: crops of the step regions embedded as images by the Qwen3-VL encoder interface."""
