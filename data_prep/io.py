@@ -11,7 +11,16 @@
 * :func:`read_jsonl`: the one JSONL reader; bad bytes, bad JSON or a non-object line raise
   :class:`~data_prep.types.InputError` naming the file and line.
 * Command-line value types that refuse NaN, infinities and out-of-range numbers (:func:`finite_float`,
-  :func:`int_in_range`).
+  :func:`int_in_range`; more in :mod:`data_prep.validate`).
+* :func:`loads_record`: the one JSON parser of records: integers of more than :data:`MAX_INT_DIGITS` digits,
+  numbers that overflow to infinity and ``NaN``/``Infinity`` are refused (:class:`InputError` naming where), so no
+  later ``int()``/``float()``/``math.isfinite`` meets a number Python cannot convert.
+* :func:`open_regular` / :func:`read_bytes` / :func:`read_text` / :func:`read_json`: the one file reader; anything
+  but a regular file (a FIFO, a device, a folder) is refused before it is opened (a FIFO is never waited on), and
+  bytes that are not UTF-8 are one clear error.
+* :func:`refuse_special_output`: an output path that exists and is not a regular file (``/dev/null``, a FIFO) is
+  refused, never replaced; :func:`refuse_output_inside` refuses an output inside a folder it must not write into
+  (a cache, a run folder).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -67,6 +77,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"{path}: is a directory; give a file name for this output")
+    refuse_special_output(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -99,7 +110,9 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    """Write ``text`` as UTF-8; a lone surrogate (from data decoded with ``surrogateescape`` or a JSON ``\\ud800``)
+    is written as U+FFFD instead of failing the whole output."""
+    return atomic_write_bytes(path, text.encode("utf-8", errors="replace"))
 
 
 def atomic_write_json(path: str | Path, obj: Any, indent: int | None = 1) -> Path:
@@ -124,12 +137,42 @@ def refuse_output_over_inputs(out: str | Path, inputs: Iterable[str | Path | Non
     out = Path(out)
     if out.is_dir():
         raise OutputError(f"{out}: {flag} is a directory; give a file name for this output")
+    refuse_special_output(out, flag)
     for inp in inputs:
         if inp is not None and out.exists() and _same(out, Path(inp)):
             raise OutputError(
                 f"{out}: {flag} is the input {inp}; writing it would replace the input with the results: "
                 "give another output file"
             )
+
+
+def refuse_special_output(out: str | Path, flag: str = "--out") -> None:
+    """Raise :class:`OutputError` when ``out`` exists and is not a regular file or a folder (a character device
+    such as ``/dev/null`` or ``/dev/full``, a FIFO, a socket): an atomic write would replace it with a file."""
+    out = Path(out)
+    try:
+        mode = os.stat(out).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise OutputError(
+            f"{out}: {flag} is {_kind(mode)}, not a regular file; it is never replaced: give a file name"
+        )
+
+
+def refuse_output_inside(
+    out: str | Path, folders: Iterable[str | Path | None], what: str, flag: str = "--out"
+) -> None:
+    """Raise :class:`OutputError` when ``out`` is, or lies inside, one of ``folders`` (``what`` names them: "the
+    cache folder --cache-dir", "the run folder"); writing there would replace a file the command must not touch."""
+    out_real = Path(os.path.realpath(out))
+    for folder in folders:
+        if folder is None:
+            continue
+        f = Path(os.path.realpath(folder))
+        if out_real == f or f in out_real.parents:
+            raise OutputError(f"{out}: {flag} is inside {what} {folder}; writing it would replace its files: "
+                              "give a path outside it")  # fmt: skip
 
 
 def refuse_output_dir_over_inputs(out: str | Path, inputs: Iterable[str | Path | None], flag: str = "--out") -> None:
@@ -201,20 +244,251 @@ def atomic_dir(path: str | Path, owned: Iterable[str] = (), flag: str = "--out")
             shutil.rmtree(old, ignore_errors=True)
 
 
+# ---------------------------------------------------------------------------------------------- file reading
+MAX_INT_DIGITS = 300
+"""A JSON integer of more digits than this is refused: 309 digits already overflow a float (``math.isfinite``
+raises ``OverflowError``) and 4,300 exceed Python's ``int()`` limit. No field of this project needs more."""
+MAX_JSON_DEPTH = 200
+"""JSON nested deeper than this is refused (Python's parser would raise ``RecursionError`` near 1,000)."""
+MAX_YAML_DEPTH = 64
+"""YAML nested deeper than this is refused."""
+MAX_YAML_NODES = 100_000
+"""A YAML document that expands (aliases included) to more nodes than this is refused: an alias bomb."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def check_regular(path: str | Path, what: str = "") -> Path:
+    """``path`` if it is a regular file (links followed); otherwise :class:`InputError` (missing, a folder, a FIFO,
+    a device). ``what`` names the input in the message ("--gold")."""
+    path = Path(path)
+    label = f"{path}" + (f" ({what})" if what else "")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"{label}: no such file") from None
+    except OSError as e:
+        raise InputError(f"{label}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{label}: is {_kind(mode)}, not a regular file")
+    return path
+
+
+def open_regular(path: str | Path, what: str = ""):
+    """Open a regular file for binary reading. A FIFO is opened with ``O_NONBLOCK`` and checked on the open
+    descriptor too (no wait for a writer that never comes, and no race between the check and the open)."""
+    path = check_regular(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise InputError(f"{path}: is {_kind(mode)}, not a regular file")
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: str | Path, what: str = "") -> bytes:
+    """The bytes of a regular file (:func:`open_regular`)."""
+    with open_regular(path, what) as f:
+        try:
+            return f.read()
+        except OSError as e:
+            raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """UTF-8 bytes (a byte-order mark allowed) as text; other bytes are one :class:`InputError` naming ``where``
+    and the line."""
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise InputError(
+            f"{where}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}); is this a text file?"
+        ) from None
+
+
+def read_text(path: str | Path, what: str = "") -> str:
+    """A regular file's UTF-8 text (:func:`read_bytes`, :func:`decode_text`)."""
+    return decode_text(read_bytes(path, what), str(path))
+
+
+def _parse_int(where: str):
+    def parse(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise InputError(f"{where}: an integer of {len(digits.lstrip('-'))} digits (more than {MAX_INT_DIGITS})")
+        return int(digits)
+
+    return parse
+
+
+def _parse_float(where: str):
+    def parse(text: str) -> float:
+        if len(text) > MAX_INT_DIGITS + 40:
+            raise InputError(f"{where}: a number of {len(text)} characters (more than {MAX_INT_DIGITS + 40})")
+        value = float(text)
+        if not math.isfinite(value):
+            raise InputError(f"{where}: the number {text[:40]} is too large (not a finite float)")
+        return value
+
+    return parse
+
+
+def _parse_constant(where: str):
+    def parse(name: str):
+        raise InputError(f"{where}: {name} is not a number this project accepts (NaN and infinities are refused)")
+
+    return parse
+
+
+def _depth_ok(text: str, limit: int) -> bool:
+    """Whether ``text``'s brackets nest at most ``limit`` deep (cheap upper bound: strings are not skipped, so
+    brackets inside strings count; only texts over the limit are scanned exactly)."""
+    if text.count("[") + text.count("{") <= limit:
+        return True
+    depth = 0
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def loads_record(text: str, where: str) -> Any:
+    """Parse one JSON value of a record (a JSONL line, a JSON file, a judge reply) with bounded numbers: integers
+    of more than :data:`MAX_INT_DIGITS` digits, floats that overflow, ``NaN`` and ``Infinity`` raise
+    :class:`InputError` naming ``where`` (``file:line``); so does bad JSON and nesting deeper than
+    :data:`MAX_JSON_DEPTH`.
+
+    >>> loads_record('{"page": 3, "x": 1.5}', "f:1")
+    {'page': 3, 'x': 1.5}
+    >>> loads_record('{"page": NaN}', "f:1")
+    Traceback (most recent call last):
+    ...
+    data_prep.types.InputError: f:1: NaN is not a number this project accepts (NaN and infinities are refused)
+    """
+    if not _depth_ok(text, MAX_JSON_DEPTH):
+        raise InputError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} deep")
+    try:
+        return json.loads(
+            text, parse_int=_parse_int(where), parse_float=_parse_float(where), parse_constant=_parse_constant(where)
+        )
+    except json.JSONDecodeError as e:
+        raise InputError(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply") from None
+
+
+def read_json(path: str | Path, what: str = "") -> Any:
+    """A regular file's JSON value through :func:`loads_record` (one clear error for every kind of damage)."""
+    return loads_record(read_text(path, what), str(path))
+
+
+def load_yaml_text(text: str, where: str) -> Any:
+    """``yaml.safe_load`` with bounds: nesting deeper than :data:`MAX_YAML_DEPTH` and documents expanding (aliases
+    counted each time they are used) to more than :data:`MAX_YAML_NODES` nodes raise :class:`InputError`, as does
+    YAML that does not parse. Integers of more than :data:`MAX_INT_DIGITS` digits and NaN/infinities are left to
+    the field checks (YAML spells them ``.nan``, ``.inf``)."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        raise InputError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise InputError(f"{where}: YAML nested too deeply") from None
+    if node is None:
+        return None
+    # count nodes as they would be expanded; memoise per node the expanded size
+    sizes: dict[int, int] = {}
+    stack = [(node, 1, False)]
+    while stack:
+        n, depth, done = stack.pop()
+        if depth > MAX_YAML_DEPTH:
+            raise InputError(f"{where}: YAML nested more than {MAX_YAML_DEPTH} deep")
+        if id(n) in sizes and not done:
+            continue
+        children = []
+        if isinstance(n, yaml.SequenceNode):
+            children = list(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            children = [c for kv in n.value for c in kv]
+        if not done and children:
+            stack.append((n, depth, True))
+            stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
+            continue
+        total = 1 + sum(sizes.get(id(c), 1) for c in children)
+        if total > MAX_YAML_NODES:
+            raise InputError(f"{where}: YAML expands to more than {MAX_YAML_NODES} nodes (an alias bomb?)")
+        sizes[id(n)] = total
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise InputError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise InputError(f"{where}: YAML nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def read_yaml(path: str | Path, what: str = "") -> Any:
+    """A regular file's YAML (:func:`read_text`, :func:`load_yaml_text`)."""
+    return load_yaml_text(read_text(path, what), str(path))
+
+
+def safe_component(name: object, what: str = "a name") -> str:
+    """``name`` (from data: a ``doc_no``, a key) as one path component: refused (:class:`InputError`) when empty,
+    ``.``/``..``, holding a path separator or a NUL, or longer than 200 characters.
+
+    >>> safe_component("4001"), safe_component("a b-1.pdf")
+    ('4001', 'a b-1.pdf')
+    """
+    s = str(name)
+    if (not s or s in (".", "..") or "/" in s or "\\" in s or "\0" in s or len(s) > 200
+            or any(ord(c) < 32 for c in s)):  # fmt: skip
+        raise InputError(f"{what} {s[:80]!r} is not a safe file name (empty, '..', a separator or control character)")
+    return s
+
+
 # ---------------------------------------------------------------------------------------------- JSONL reading
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line number, object)`` for each non-blank line of a JSONL file (a UTF-8 byte-order mark is
     allowed). A missing file, a folder, bytes that are not UTF-8, a line that is not JSON or not an object raise
     :class:`~data_prep.types.InputError` naming the file and line."""
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if not path.is_file():
-        raise InputError(f"{path}: not a regular file")
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    f = open_regular(path)
     with f:
         for lineno, raw in enumerate(f, 1):
             if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
@@ -227,12 +501,7 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
                 ) from None
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
-            except RecursionError:
-                raise InputError(f"{path}:{lineno}: JSON nested too deeply") from None
+            obj = loads_record(line, f"{path}:{lineno}")
             if not isinstance(obj, dict):
                 raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
             yield lineno, obj

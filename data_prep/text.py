@@ -21,6 +21,34 @@ _CJK = "".join(f"\\u{lo:04x}-\\u{hi:04x}" for lo, hi in CJK_LETTERS)
 _TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+", re.UNICODE)
 _CJK_LETTER_RE = re.compile(rf"[{_CJK}]")
 
+INVISIBLE: str = (
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+    "\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
+)
+"""Characters removed by :func:`normalize_for_compare`: soft hyphen, zero-width spaces and joiners, word joiner,
+bidi marks, embeddings, overrides and isolates, variation selectors, the byte-order mark, Hangul fillers,
+interlinear annotation marks (a regex character class body)."""
+_INVISIBLE_RE = re.compile(f"[{INVISIBLE}]|[\U000e0000-\U000e007f]")
+_SPACE_RE = re.compile(r"\s+")
+
+
+def normalize_for_compare(text: str) -> str:
+    r"""The one text normalisation of every comparison of answers and spans (LAT accuracy, MultAttrEval, quote
+    fidelity): NFKC (full-width and compatibility forms fold to their plain letters), invisible and bidi control
+    characters removed (:data:`INVISIBLE`, tag characters), every run of whitespace folded to one space, ends
+    stripped. Case is kept; a caller that ignores case lower-cases after. Lone surrogates are dropped.
+
+    >>> normalize_for_compare("Shen\u200bzhen\u202e  ｃｉｔｙ\n")
+    'Shenzhen city'
+    >>> normalize_for_compare("\u200b\u2060\ufeff")
+    ''
+    """
+    if not isinstance(text, str):
+        text = str(text)
+    text = text.encode("utf-8", "ignore").decode("utf-8") if any("\ud800" <= c <= "\udfff" for c in text) else text
+    text = _INVISIBLE_RE.sub("", unicodedata.normalize("NFKC", text))
+    return _SPACE_RE.sub(" ", text).strip()
+
 
 def is_cjk(ch: str, marks: bool = True) -> bool:
     """The one CJK test: ``ch`` is a CJK letter, or (``marks``) CJK punctuation or a full-width form. Parsers join

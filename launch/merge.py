@@ -7,7 +7,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from data_prep.io import atomic_write_text
+from data_prep.io import atomic_write_text, loads_record, open_regular
+from data_prep.types import InputError
 from launch.run_files import REWARD_BATCHES, REWARD_COUNTERS, atomic_write_json, deep_merge, now_iso
 from launch.segments import load_segments, segments_dir
 
@@ -18,27 +19,53 @@ class MergeSummary:
     steps: list[int]
     """Steps present in the merged log, ascending."""
     missing: list[int]
-    """Steps 1..max logged step (or ..max_steps) that no kept record covers."""
+    """Steps 1..max logged step (or ..max_steps) that no kept record covers: the first :data:`MAX_MISSING_LISTED`
+    (``missing_total`` counts them all; a step of 1e12 is never a list of 1e12 numbers)."""
     superseded: dict[str, list[int]]
     """Per segment: steps whose records were dropped because a later segment resumed from an earlier step."""
     torn_lines: dict[str, int]
     """Per segment: lines that were not valid JSON (a job killed mid-write)."""
     reward_counters: dict[str, dict[str, float]]
     """Per segment: sums of the numeric counters without a step in ``reward_counters.jsonl``."""
+    missing_total: int = 0
+    """How many steps are missing (``missing`` lists at most :data:`MAX_MISSING_LISTED` of them)."""
+
+
+MAX_MISSING_LISTED = 1000
+"""At most this many missing steps are listed (the rest are counted); logged in the summary when hit."""
+
+
+def missing_steps(present: list[int], top: int, cap: int = MAX_MISSING_LISTED) -> tuple[list[int], int]:
+    """``(the first cap steps of 1..top absent from the sorted list present, how many are absent)`` in time linear
+    in ``len(present) + cap``.
+
+    >>> missing_steps([1, 3, 4], 6)
+    ([2, 5, 6], 3)
+    >>> missing_steps([10**12], 10**12, cap=2)
+    ([1, 2], 999999999999)
+    """
+    listed: list[int] = []
+    total, prev = 0, 0
+    for s in [*(x for x in present if 1 <= x <= top), top + 1]:
+        if s > prev + 1:
+            total += s - prev - 1
+            listed.extend(range(prev + 1, min(s, prev + 1 + cap - len(listed))))
+        prev = max(prev, s)
+    return listed, total
 
 
 def _read_jsonl(path: Path) -> tuple[list[dict], int]:
     if not path.exists():
         return [], 0
     rows, torn = [], 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            line = line.strip()
+    with open_regular(path) as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.decode("utf-8", errors="replace").strip()
             if not line:
                 continue
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
+                obj = loads_record(line, f"{path}:{n}")
+            except InputError:  # torn, or a number no step can be
                 torn += 1
                 continue
             if isinstance(obj, dict):
@@ -70,7 +97,7 @@ def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
         if n_torn + c_torn:
             torn[seg.name] = n_torn + c_torn
         for row in rows:
-            if not isinstance(row.get("step"), int):
+            if not isinstance(row.get("step"), int) or isinstance(row.get("step"), bool):
                 continue
             step = row["step"]
             if step in records:
@@ -97,13 +124,14 @@ def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
                         tot[k] = tot.get(k, 0) + v
     steps = sorted(records)
     top = max([*steps, *([max_steps] if max_steps else [])], default=0)
-    missing = [s for s in range(1, top + 1) if s not in records]
+    missing, missing_total = missing_steps(steps, top)
     lines = [
         json.dumps({"step": s, "segment": owners[s], **{k: v for k, v in records[s].items() if k != "step"}})
         for s in steps
     ]
     atomic_write_text(run_dir / "run_log.jsonl", "".join(line + "\n" for line in lines))
-    summary = MergeSummary(steps, missing, {k: sorted(v) for k, v in superseded.items()}, torn, counters)
+    summary = MergeSummary(steps, missing, {k: sorted(v) for k, v in superseded.items()}, torn, counters,
+                           missing_total)  # fmt: skip
     atomic_write_json(
         run_dir / "run_summary.json",
         {

@@ -64,6 +64,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from data_prep.types import InputError
+from data_prep.validate import bounded_int
 from launch.checkpoints import (  # noqa: F401  (the module's API, as before the split)
     ResumePoint,
     check_step_dir,
@@ -264,7 +266,9 @@ def cmd_merge(a: argparse.Namespace) -> int:
     print(
         f"run_log.jsonl: {len(s.steps)} steps"
         + (f" ({s.steps[0]}..{s.steps[-1]})" if s.steps else "")
-        + (f"; missing {s.missing}" if s.missing else "")
+        + (f"; missing {s.missing_total} step(s)" if s.missing_total > len(s.missing) else "")
+        + (f"; missing {s.missing}" if s.missing and s.missing_total == len(s.missing) else "")
+        + (f" (first {len(s.missing)}: {s.missing[0]}..{s.missing[-1]})" if s.missing_total > len(s.missing) else "")
         + (f"; superseded {s.superseded}" if s.superseded else "")
     )
     return 0
@@ -318,10 +322,17 @@ def cmd_outage(a: argparse.Namespace) -> int:
 
 
 def cmd_plot(a: argparse.Namespace) -> int:
+    from data_prep.io import OutputError, refuse_output_over_inputs
     from launch.plot import write_curves
 
     run_dir = Path(a.run_dir)
-    out = write_curves(run_dir / "run_log.jsonl", Path(a.out) if a.out else run_dir / "curves.html")
+    out = Path(a.out) if a.out else run_dir / "curves.html"
+    refuse_output_over_inputs(out, [run_dir / "run_log.jsonl"])
+    real_run, real_out = Path(os.path.realpath(run_dir)), Path(os.path.realpath(out))
+    if real_run in real_out.parents and real_out.exists() and real_out.suffix.lower() != ".html":
+        raise OutputError(f"{out}: --out is a file of the run folder {run_dir}; writing the curves would replace it: "
+                          "give a new .html file")  # fmt: skip
+    out = write_curves(run_dir / "run_log.jsonl", out)
     print(f"training curves: {out}")
     return 0
 
@@ -393,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_plot)
     p = sub.add_parser("merge", help="rebuild run_log.jsonl and run_summary.json")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--max-steps", type=bounded_int(1, 10**9), default=None)
     p.set_defaults(fn=cmd_merge)
     p = sub.add_parser("last-step", help="the checkpoint tracker's step (0: none)")
     p.add_argument("--run-dir", required=True)
@@ -405,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         return a.fn(a)
-    except RunError as e:
+    except (RunError, InputError) as e:
         print(f"runlog {a.cmd}: error: {e}", file=sys.stderr)
         return 2
 

@@ -89,6 +89,8 @@ import numpy as np
 
 from data_prep.cache import CachedDoc, DocCache
 from data_prep.groundtruth import GroundTruth, unpack_ground_truth
+from data_prep.io import loads_record
+from data_prep.text import normalize_for_compare
 from data_prep.types import BBox, InputError
 
 log = logging.getLogger("reward.lat")
@@ -171,10 +173,13 @@ def normalize_text(text: str) -> str:
     """LAT's answer normalisation (SQuAD style): lower case, thousands separators joined, punctuation and
     symbols removed, articles removed, white space collapsed.
 
-    >>> normalize_text("The  1,024 Apples!")
-    '1024 apples'
+    >>> normalize_text("The  1,024 Apples!"), normalize_text("Shenzhen\u200b")
+    ('1024 apples', 'shenzhen')
+
+    The project's one comparison normalisation (:func:`data_prep.text.normalize_for_compare`: NFKC, invisible and
+    bidi characters removed, whitespace folded) comes first, so a zero-width space never changes the score.
     """
-    text = re.sub(r"(\d),(\d)", r"\1\2", text.lower())
+    text = re.sub(r"(\d),(\d)", r"\1\2", normalize_for_compare(text).lower())
     text = "".join(" " if unicodedata.category(ch)[0] in "PS" else ch for ch in text)
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return re.sub(r"\s+", " ", text).strip()
@@ -236,9 +241,32 @@ class CoEResponse:
     """Boxes of ``<answer>``."""
 
 
-_FORMAT_RE = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
-_THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_SEAM_RE = re.compile(r"</think>\s*<answer>")
+MAX_OVERLAP_STEPS = 256
+"""Ours: the pairwise step-overlap check looks at the first this many placed steps (logged when a response has
+more); steps beyond ``max_steps`` score similarity 0, so the cap cannot change a reward."""
+
+
+def _format_ok(text: str) -> bool:
+    r"""Whether ``text`` is, as a whole, ``<think>...</think>`` (white space) ``<answer>...</answer>``: the regex
+    ``<think>(.*?)</think>\s*<answer>(.*?)</answer>`` fullmatched, in one linear scan (the regex is quadratic on
+    a response of repeated tags)."""
+    if not (text.startswith("<think>") and text.endswith("</answer>")):
+        return False
+    last = len(text) - len("</answer>")
+    return any(m.start() >= len("<think>") and m.end() <= last for m in _SEAM_RE.finditer(text))
+
+
+def _between(text: str, open_tag: str, close_tag: str) -> str | None:
+    """The text between the first ``open_tag`` and the first ``close_tag`` after it (what the lazy regex
+    ``open(.*?)close`` finds with ``search``), in linear time; None when there is no such pair."""
+    i = text.find(open_tag)
+    if i < 0:
+        return None
+    j = text.find(close_tag, i + len(open_tag))
+    return None if j < 0 else text[i + len(open_tag) : j]
+
+
 _BOX_RE = re.compile(r"(?:Bounding box:\s*)?(\{[^{}]*\})", re.IGNORECASE)
 _SENTENCE_SPLIT_RE = re.compile(r"\. |\n")
 
@@ -248,8 +276,8 @@ def _read_box(raw: str) -> tuple[int | None, BBox | None] | None:
     if "bbox" not in raw.lower():
         return None
     try:
-        obj = json.loads(raw.replace("'", '"'))
-    except json.JSONDecodeError:
+        obj = loads_record(raw.replace("'", '"'), "box")
+    except InputError:
         return (None, None)
     if not isinstance(obj, dict):
         return (None, None)
@@ -295,14 +323,14 @@ def parse_coe(text: str) -> CoEResponse:
     (True, '12%', [(1, (1.0, 2.0, 30.0, 40.0), 'Revenue rose.')], 1)
     """
     text = text if isinstance(text, str) else ""
-    format_ok = _FORMAT_RE.fullmatch(text.strip()) is not None
-    think = _THINK_RE.search(text)
-    answer = _ANSWER_RE.search(text)
-    steps = _boxes(think.group(1)) if think else []
-    answer_boxes = _boxes(answer.group(1)) if answer else []
+    format_ok = _format_ok(text.strip())
+    think = _between(text, "<think>", "</think>")
+    answer = _between(text, "<answer>", "</answer>")
+    steps = _boxes(think) if think is not None else []
+    answer_boxes = _boxes(answer) if answer is not None else []
     answer_text = ""
-    if answer:
-        answer_text = re.sub(r"Bounding box:\s*", " ", _BOX_RE.sub(" ", answer.group(1)), flags=re.IGNORECASE)
+    if answer is not None:
+        answer_text = re.sub(r"Bounding box:\s*", " ", _BOX_RE.sub(" ", answer), flags=re.IGNORECASE)
         answer_text = re.sub(r"\s+", " ", answer_text).strip().strip(".").strip()
     return CoEResponse(format_ok, answer_text, tuple(steps), tuple(answer_boxes))
 
@@ -390,6 +418,9 @@ def step_reward(
     sims = [float(s) if r is not None else 0.0 for s, r in zip(similarities, regions, strict=True)]
     min_sim = min(sims) if sims else 0.0
     placed = [r for r in regions if r is not None]
+    if len(placed) > MAX_OVERLAP_STEPS:
+        log.warning("LAT overlap check: %d placed steps, checking the first %d", len(placed), MAX_OVERLAP_STEPS)
+        placed = placed[:MAX_OVERLAP_STEPS]
     max_iou = 0.0
     for i in range(len(placed)):
         for j in range(i + 1, len(placed)):
