@@ -17,6 +17,7 @@ from data_prep.citevqa import (
     rehydrate,
 )
 from data_prep.types import InputError
+from data_prep.validate import bounded_float
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="gold JSONL to write")
     parser.add_argument("--release", type=Path, default=None, help="verified release JSONL: rehydrate it")
     parser.add_argument("--release-space", default="max-pixels:1000000", help="units of the release's boxes")
-    parser.add_argument("--min-text-recall", type=float, default=VerifyConfig.min_text_recall)
+    parser.add_argument("--min-text-recall", type=bounded_float(0, 1), default=VerifyConfig.min_text_recall)
     parser.add_argument(
         "--pdf-source",
         type=Path,

@@ -11,6 +11,7 @@ from data_prep.fingerprint import (
 )
 from data_prep.longdocurl import CACHE_FAILED, DEFAULT_FORMAT_PROMPT, build, config_from_args, print_summary
 from data_prep.qwen_tokens import PromptBudget
+from data_prep.validate import bounded_float, bounded_int, nonneg_int, positive_float, positive_int, seed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,9 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pdf-dir", type=Path, required=True, help="folder of the LongDocURL PDFs (recursive)")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--eval-pdfs", type=Path, help="evaluation PDFs: exclude training documents that match")
-    parser.add_argument("--max-window", type=int, default=30, help="pages per window at most (default 30)")
-    parser.add_argument("--val", type=int, default=83, help="questions held out for validation (default 83)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the split (default 0)")
+    parser.add_argument("--max-window", type=positive_int, default=30, help="pages per window at most (default 30)")
+    parser.add_argument("--val", type=nonneg_int, default=83, help="questions held out for validation (default 83)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the split (default 0)")
     parser.add_argument("--parser", default="pdftext", help="layout parser for the block cache (default pdftext)")
     parser.add_argument("--parser-arg", action="append", metavar="KEY=VALUE", help="parser keyword argument")
     parser.add_argument(
@@ -30,19 +31,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--encoder-arg", action="append", metavar="KEY=VALUE", help="encoder keyword argument")
     parser.add_argument("--cache-dir", type=Path, help="block cache folder (default OUT/cache)")
-    parser.add_argument("--max-prompt-length", type=int, default=b.max_prompt_length, help="tokens (default 48000)")
     parser.add_argument(
-        "--max-pixels-per-page", type=float, default=b.max_pixels_per_page, help="evaluation cap (default 1e6)"
+        "--max-prompt-length", type=positive_int, default=b.max_prompt_length, help="tokens (default 48000)"
     )
-    parser.add_argument("--total-pixels", type=float, help="evaluation total pixel budget (default: none)")
-    parser.add_argument("--headroom", type=int, default=b.headroom_tokens, help="spare prompt tokens (default 1024)")
+    parser.add_argument(
+        "--max-pixels-per-page",
+        type=bounded_float(784, 1e9),
+        default=b.max_pixels_per_page,
+        help="evaluation cap (default 1e6)",
+    )
+    parser.add_argument("--total-pixels", type=positive_float, help="evaluation total pixel budget (default: none)")
+    parser.add_argument(
+        "--headroom", type=nonneg_int, default=b.headroom_tokens, help="spare prompt tokens (default 1024)"
+    )
     parser.add_argument(
         "--format-prompt", type=Path, default=DEFAULT_FORMAT_PROMPT, help="the recipe's data.format_prompt"
     )
-    parser.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality of page images (default 90)")
+    parser.add_argument(
+        "--jpeg-quality", type=bounded_int(1, 100), default=90, help="JPEG quality of page images (default 90)"
+    )
     parser.add_argument(
         "--near-dup-threshold",
-        type=float,
+        type=bounded_float(0, 1),
         default=m.threshold,
         help=f"MinHash Jaccard at or above which a training PDF duplicates an evaluation PDF (default {m.threshold})",
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from data_prep.cache import CacheError, list_cache, load_cache
 from data_prep.show import ShowConfig, show_document
+from data_prep.validate import bounded_float, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,8 +20,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "doc_key", help="doc_key of a cache entry (as printed by `data_prep blocks`), or a unique prefix"
     )
     parser.add_argument("--cache-dir", type=Path, required=True, help="the cache directory")
-    parser.add_argument("--page", type=int, default=None, help="1-based page to draw (default: all pages in a grid)")
-    parser.add_argument("--dpi", type=float, default=ShowConfig.dpi, help="resolution of a single page (default 100)")
+    parser.add_argument(
+        "--page", type=positive_int, default=None, help="1-based page to draw (default: all pages in a grid)"
+    )
+    parser.add_argument(
+        "--dpi",
+        type=bounded_float(0, 1200, lo_open=True),
+        default=ShowConfig.dpi,
+        help="resolution of a single page (default 100)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="output PNG file")
 
 
@@ -41,6 +49,10 @@ def resolve_key(cache_dir: Path, key: str) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.dpi <= 0:
         raise CacheError(f"--dpi must be positive, got {args.dpi}")
+    from data_prep.io import refuse_output_inside, refuse_output_over_inputs
+
+    refuse_output_over_inputs(args.out, [])
+    refuse_output_inside(args.out, [args.cache_dir], "the cache folder --cache-dir")
     cached = load_cache(args.cache_dir, resolve_key(args.cache_dir, args.doc_key))
     out = show_document(cached, args.out, page=args.page, config=ShowConfig(dpi=args.dpi))
     on = "all pages" if args.page is None else f"page {args.page}"

@@ -416,51 +416,15 @@ def read_json(path: str | Path, what: str = "") -> Any:
 
 
 def load_yaml_text(text: str, where: str) -> Any:
-    """``yaml.safe_load`` with bounds: nesting deeper than :data:`MAX_YAML_DEPTH` and documents expanding (aliases
-    counted each time they are used) to more than :data:`MAX_YAML_NODES` nodes raise :class:`InputError`, as does
-    YAML that does not parse. Integers of more than :data:`MAX_INT_DIGITS` digits and NaN/infinities are left to
-    the field checks (YAML spells them ``.nan``, ``.inf``)."""
-    import yaml
+    """``yaml.safe_load`` with bounds (:func:`recipes.reader.safe_yaml`: nesting deeper than :data:`MAX_YAML_DEPTH`
+    and documents expanding, aliases counted each time they are used, to more than :data:`MAX_YAML_NODES` nodes are
+    refused), its errors as :class:`InputError` naming ``where``."""
+    from recipes.reader import RecipeError, safe_yaml
 
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        raise InputError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
-    except RecursionError:
-        raise InputError(f"{where}: YAML nested too deeply") from None
-    if node is None:
-        return None
-    # count nodes as they would be expanded; memoise per node the expanded size
-    sizes: dict[int, int] = {}
-    stack = [(node, 1, False)]
-    while stack:
-        n, depth, done = stack.pop()
-        if depth > MAX_YAML_DEPTH:
-            raise InputError(f"{where}: YAML nested more than {MAX_YAML_DEPTH} deep")
-        if id(n) in sizes and not done:
-            continue
-        children = []
-        if isinstance(n, yaml.SequenceNode):
-            children = list(n.value)
-        elif isinstance(n, yaml.MappingNode):
-            children = [c for kv in n.value for c in kv]
-        if not done and children:
-            stack.append((n, depth, True))
-            stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
-            continue
-        total = 1 + sum(sizes.get(id(c), 1) for c in children)
-        if total > MAX_YAML_NODES:
-            raise InputError(f"{where}: YAML expands to more than {MAX_YAML_NODES} nodes (an alias bomb?)")
-        sizes[id(n)] = total
-    loader = yaml.SafeLoader("")
-    try:
-        return loader.construct_document(node)
-    except yaml.YAMLError as e:
-        raise InputError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
-    except RecursionError:
-        raise InputError(f"{where}: YAML nested too deeply") from None
-    finally:
-        loader.dispose()
+        return safe_yaml(text, where, max_depth=MAX_YAML_DEPTH, max_nodes=MAX_YAML_NODES)
+    except RecipeError as e:
+        raise InputError(str(e)) from None
 
 
 def read_yaml(path: str | Path, what: str = "") -> Any:

@@ -50,10 +50,19 @@ from data_prep.fingerprint import (
     fingerprint_text,
     jaccard_estimate,
 )
-from data_prep.io import atomic_path, atomic_write_json, atomic_write_text
+from data_prep.io import (
+    atomic_path,
+    atomic_write_json,
+    atomic_write_text,
+    loads_record,
+    read_json,
+    read_jsonl,
+    safe_component,
+)
 from data_prep.qwen_tokens import QWEN3_VL, PromptBudget, choose_page_budget, estimate_text_tokens, image_tokens
 from data_prep.shards import Shard
 from data_prep.types import InputError
+from data_prep.validate import field_int
 from recipes import prompt_path
 
 DEFAULT_FORMAT_PROMPT = prompt_path("language_interface.jinja")
@@ -112,54 +121,50 @@ def answer_text(value) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+MAX_PAGES = 100_000
+"""A page number or page count above this is refused as a record error (no PDF of this project has more)."""
+
+
 def _pages(value, where: str) -> tuple[int, ...]:
     if isinstance(value, str):  # some QA sets store "[3, 4]"
         try:
-            value = json.loads(value)
-        except ValueError:
+            value = loads_record(value, where)
+        except InputError:
             raise InputError(f"{where}: evidence_pages {value!r} is not a list of page numbers") from None
     if value is None:
         return ()
     if isinstance(value, int) and not isinstance(value, bool):
         value = [value]
-    if not isinstance(value, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in value):
-        raise InputError(f"{where}: evidence_pages must be a list of 1-based page numbers, got {value!r}")
+    if not isinstance(value, list) or not all(
+        isinstance(p, int) and not isinstance(p, bool) and abs(p) <= MAX_PAGES for p in value
+    ):
+        raise InputError(
+            f"{where}: evidence_pages must be a list of 1-based page numbers (at most {MAX_PAGES}), got {str(value)[:80]}"
+        )
     return tuple(sorted(set(value)))
 
 
 def load_records(path: str | Path) -> list[Record]:
     """Read a LongDocURL JSONL file. Raises :class:`InputError` naming the line of a malformed record."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
     out: list[Record] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                d = json.loads(line)
-            except ValueError as e:
-                raise InputError(f"{where}: not a JSON object ({e.args[0]})") from None
-            if not isinstance(d, dict):
-                raise InputError(f"{where}: not a JSON object")
-            missing = [k for k in ("question_id", "doc_no", "question", "answer", "evidence_pages") if k not in d]
-            if missing:
-                raise InputError(f"{where}: missing field(s) {', '.join(missing)} (is this LongDocURL.jsonl?)")
-            total = d.get("total_pages")
-            pdf_path = d.get("pdf_path")
-            out.append(
-                Record(
-                    qid=str(d["question_id"]),
-                    doc_no=str(d["doc_no"]),
-                    question=str(d["question"] or "").strip(),
-                    answer=answer_text(d["answer"]),
-                    evidence_pages=_pages(d["evidence_pages"], where),
-                    total_pages=int(total) if total is not None else None,
-                    pdf_name=os.path.basename(str(pdf_path)) if pdf_path else None,
-                )
+    for lineno, d in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        missing = [k for k in ("question_id", "doc_no", "question", "answer", "evidence_pages") if k not in d]
+        if missing:
+            raise InputError(f"{where}: missing field(s) {', '.join(missing)} (is this LongDocURL.jsonl?)")
+        pdf_path = d.get("pdf_path")
+        out.append(
+            Record(
+                qid=str(d["question_id"]),
+                doc_no=safe_component(d["doc_no"], f"{where}: doc_no"),
+                question=str(d["question"] or "").strip(),
+                answer=answer_text(d["answer"]),
+                evidence_pages=_pages(d["evidence_pages"], where),
+                total_pages=field_int(d, "total_pages", where, lo=1, hi=MAX_PAGES, default=None),
+                pdf_name=os.path.basename(str(pdf_path)) if pdf_path else None,
             )
+        )
     return out
 
 
@@ -347,7 +352,7 @@ class _Fingerprints:
     def get(self, path: Path, sha256: str, doc: Document | None = None) -> DocFingerprint:
         cached = self.dir / f"{sha256}.json"
         if cached.is_file():
-            d = json.loads(cached.read_text())
+            d = read_json(cached)
             return DocFingerprint(str(path), sha256, d["text_sha256"], np.array(d["minhash"], np.uint64), d["n"])
         if doc is None:
             with Document.open(path) as opened:
@@ -464,8 +469,10 @@ class _Builder:
         marker = self.state_dir / "docs" / f"{doc_no}.json"
         if marker.is_file():
             try:
-                state = json.loads(marker.read_text())
-            except ValueError:
+                state = read_json(marker)
+            except InputError:
+                state = None
+            if not isinstance(state, dict):
                 state = None
             if state and state.get("settings") == settings and self._outputs_present(state["rows"]):
                 self.result.docs_from_state += 1

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from data_prep.io import refuse_output_over_inputs
 from data_prep.types import InputError
+from data_prep.validate import bounded_int, seed
 from eval.compare import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -24,8 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", type=Path, help="score folder (or per_question.jsonl) of run A (baseline)")
     parser.add_argument("b", type=Path, help="score folder (or per_question.jsonl) of run B")
     parser.add_argument("--iou", default="0.5", help="recall threshold key: page, 0.1, 0.3, 0.5, 0.7 (default 0.5)")
-    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples (10000)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed (fixed by default)")
+    parser.add_argument(
+        "--resamples",
+        type=bounded_int(1, MAX_RESAMPLES),
+        default=DEFAULT_RESAMPLES,
+        help="bootstrap resamples (10000)",
+    )
+    parser.add_argument("--seed", type=seed, default=DEFAULT_SEED, help="bootstrap seed (fixed by default)")
     parser.add_argument(
         "--truncate-to-budget",
         action="store_true",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from data_prep.validate import positive_float
 from eval.convert import LAT_BOX_MODES, SYSTEMS, Converter, Documents, _read_json, convert_file, format_summary
 
 
@@ -20,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
         "--render-pixels",
-        type=float,
+        type=positive_float,
         default=None,
         help="LAT: document pixel budget the page images were rendered under (eval infer --total-pixels)",
     )
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--page-images-info", type=Path, default=None, help="LAT: JSON {doc_key: [[width_px, height_px] per page]}"
     )
     parser.add_argument(
-        "--max-pixels-per-page", type=float, default=1_000_000, help="per-page cap with --render-pixels (1e6)"
+        "--max-pixels-per-page", type=positive_float, default=1_000_000, help="per-page cap with --render-pixels (1e6)"
     )
     parser.add_argument(
         "--lat-boxes",
@@ -42,9 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from data_prep.io import refuse_output_over_inputs
+    from data_prep.io import refuse_output_inside, refuse_output_over_inputs
 
     refuse_output_over_inputs(args.out, [args.input, args.gold, args.page_images_info, args.image_list])
+    refuse_output_inside(args.out, [args.cache_dir], "the cache folder --cache-dir")
     docs = Documents(args.cache_dir, args.pdf_dir, parser=args.parser)
     converter = Converter(
         args.system,

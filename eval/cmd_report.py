@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from data_prep.io import read_json
 from data_prep.types import InputError
+from data_prep.validate import nonneg_int
 from eval.report import plot_recall_vs_iou, write_report
 from eval.schemas import atomic_write_text, iter_jsonl
 from eval.tables import runs_markdown
@@ -18,9 +19,14 @@ def _load_run(d: Path) -> tuple[dict, dict]:
     mf = d / "metrics.json"
     if not mf.is_file():
         raise InputError(f"{d}: no metrics.json (give `eval score` output folders)")
-    metrics = json.loads(mf.read_text())
+    metrics = read_json(mf)
+    if not isinstance(metrics, dict):
+        raise InputError(f"{mf}: expected a JSON object (the metrics of `eval score`), got {type(metrics).__name__}")
     af = d / "analyses.json"
-    return metrics, (json.loads(af.read_text()) if af.is_file() else {})
+    analyses = read_json(af) if af.exists() else {}
+    if not isinstance(analyses, dict):
+        raise InputError(f"{af}: expected a JSON object, got {type(analyses).__name__}")
+    return metrics, analyses
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--score-dir", type=Path, default=None, help="redraw report.html of this score folder")
     parser.add_argument("--cache-dir", type=Path, default=None, help="block cache to draw pages from")
     parser.add_argument("--parser", default=None, help="pick cache entries made by this parser")
-    parser.add_argument("--limit", type=int, default=None, help="questions drawn (default all)")
+    parser.add_argument("--limit", type=nonneg_int, default=None, help="questions drawn (default all)")
     parser.add_argument("--out", type=Path, default=None, help="output folder for --runs")
 
 
@@ -37,9 +43,11 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.runs) == bool(args.score_dir):
         raise InputError("give either --runs DIR... --out DIR (side by side) or --score-dir DIR (one report)")
     if args.runs and args.out:
-        from data_prep.io import refuse_output_dir_over_inputs
+        from data_prep.io import refuse_output_dir_over_inputs, refuse_output_inside
 
         refuse_output_dir_over_inputs(args.out, args.runs)
+        refuse_output_inside(args.out, args.runs, "the score folder")
+        refuse_output_inside(args.out, [args.cache_dir], "the cache folder --cache-dir")
     if args.score_dir:
         metrics, _ = _load_run(args.score_dir)
         rows = [d for _, d in iter_jsonl(args.score_dir / "per_question.jsonl")]

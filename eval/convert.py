@@ -52,6 +52,7 @@ under ``convert``.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -62,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.document import Document, render_size
+from data_prep.io import loads_record, read_json
 from data_prep.types import BBox, Block, InputError, clip_bbox
 from eval.boxes import intersection
 from eval.schemas import Gold, iter_jsonl, read_gold, write_jsonl
@@ -131,6 +133,31 @@ _OBJ_RE = re.compile(r"\{[^{}]*\}")
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _BOXLINE_RE = re.compile(r"\s*Bounding box:\s*\{[^{}]*\}\s*", re.IGNORECASE)
 _THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_ANSWER_OPEN, _ANSWER_CLOSE = re.compile("<answer>", re.I), re.compile("</answer>", re.I)
+_THINK_OPEN, _THINK_CLOSE = re.compile("<think>", re.I), re.compile("</think>", re.I)
+
+
+def _tag_spans(text: str, open_re: re.Pattern, close_re: re.Pattern, outer: bool = False) -> list[tuple[int, int]]:
+    """The spans ``finditer`` of ``open(.*?)close`` would give (the inner text; with ``outer`` the whole match), in
+    linear time: the lazy regex rescans to the end of the text from every opening tag that has no closing one.
+
+    >>> _tag_spans("a<answer>x</ANSWER>b<answer>y", _ANSWER_OPEN, _ANSWER_CLOSE)
+    [(9, 10)]
+    """
+    opens = [m.span() for m in open_re.finditer(text)]
+    closes = [m.span() for m in close_re.finditer(text)]
+    out: list[tuple[int, int]] = []
+    pos, c = 0, 0
+    for o_start, o_end in opens:
+        if o_start < pos:
+            continue
+        while c < len(closes) and closes[c][0] < o_end:
+            c += 1
+        if c == len(closes):
+            break
+        out.append((o_start, closes[c][1]) if outer else (o_end, closes[c][0]))
+        pos = closes[c][1]
+    return out
 
 
 def _read_box_object(span: str) -> LatBox | None | str:
@@ -138,8 +165,8 @@ def _read_box_object(span: str) -> LatBox | None | str:
     if "bbox" not in span.lower():
         return None
     try:
-        obj = json.loads(span.replace("'", '"'))  # LAT's own extractor does the same replacement
-    except json.JSONDecodeError:
+        obj = loads_record(span.replace("'", '"'), "box")  # LAT's own extractor does the same replacement
+    except InputError:  # not JSON, or a number no box can hold (a 5,000-digit integer, NaN)
         return "unparsed"
     if not isinstance(obj, dict):
         return "unparsed"
@@ -173,7 +200,8 @@ def parse_lat_response(text: str) -> tuple[list[LatBox], int, str]:
     >>> [(b.image, b.box, b.in_answer) for b in boxes], bad, ans
     ([(2, (1.0, 2.0, 3.0, 4.0), False), (1, (5.0, 6.0, 7.0, 8.0), True)], 0, '7')
     """
-    answer_spans = [m.span(1) for m in _ANSWER_RE.finditer(text)]
+    answer_spans = _tag_spans(text, _ANSWER_OPEN, _ANSWER_CLOSE)
+    answer_starts = [a for a, _ in answer_spans]
     boxes: list[LatBox] = []
     unparsed = 0
     for m in _OBJ_RE.finditer(text):
@@ -183,10 +211,15 @@ def parse_lat_response(text: str) -> tuple[list[LatBox], int, str]:
         if got == "unparsed":
             unparsed += 1
             continue
-        inside = any(a <= m.start() and m.end() <= b for a, b in answer_spans)
+        k = bisect.bisect_right(answer_starts, m.start()) - 1
+        inside = k >= 0 and m.end() <= answer_spans[k][1]
         boxes.append(LatBox(got.image, got.box, inside))
-    m = _ANSWER_RE.search(text)
-    answer = m.group(1) if m else _THINK_RE.sub("", text)
+    if answer_spans:
+        answer = text[answer_spans[0][0] : answer_spans[0][1]]
+    else:
+        think = _tag_spans(text, _THINK_OPEN, _THINK_CLOSE, outer=True)
+        cuts = [0, *(x for span in think for x in span), len(text)]
+        answer = "".join(text[cuts[i] : cuts[i + 1]] for i in range(0, len(cuts), 2))
     answer = _OBJ_RE.sub(" ", _BOXLINE_RE.sub(" ", answer))
     return boxes, unparsed, re.sub(r"\s+", " ", answer).strip()
 
@@ -552,12 +585,7 @@ def convert_file(input_path: Path, gold_path: Path, out_path: Path, converter: C
 def _read_json(path: Path | None, what: str) -> dict | None:
     if path is None:
         return None
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file ({what})") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    data = read_json(path, what)
     if not isinstance(data, dict):
         raise InputError(f"{path}: {what} must be a JSON object keyed by doc_key")
     return data

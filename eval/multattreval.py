@@ -26,8 +26,6 @@ layer under each cited box, and a citation whose box is a figure block (IoU >= 0
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +37,11 @@ HIGH, LOW = 0.9, 0.6
 
 
 def _norm(text: str) -> str:
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text).lower()).strip()
+    """The project's comparison normalisation (:func:`data_prep.text.normalize_for_compare`: NFKC, invisible and bidi
+    characters removed, whitespace folded), lower-cased: a span of only invisible characters is empty (dropped)."""
+    from data_prep.text import normalize_for_compare
+
+    return normalize_for_compare(text).lower()
 
 
 def similarity(pred: str, gold: str) -> float:

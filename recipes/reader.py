@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -63,6 +64,57 @@ def resolve_env(value, env: dict[str, str] | None = None):
     return Unset(unset[0]) if unset else out
 
 
+def safe_yaml(text: str, where: str, max_depth: int = 64, max_nodes: int = 100_000):
+    """The one YAML loader: ``yaml.safe_load`` of ``text`` that refuses (:class:`RecipeError` naming ``where``)
+    YAML that does not parse, nesting deeper than ``max_depth`` and a document that expands (each use of an alias
+    counted) to more than ``max_nodes`` nodes: an alias bomb is refused before it is built.
+
+    >>> safe_yaml("a: &x [1, 2]\\nb: *x", "r.yaml")
+    {'a': [1, 2], 'b': [1, 2]}
+    """
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise RecipeError(f"{where}: YAML nested too deeply") from None
+    if node is None:
+        return None
+    # count nodes as they would be expanded; memoise per node the expanded size
+    sizes: dict[int, int] = {}
+    stack = [(node, 1, False)]
+    while stack:
+        n, depth, done = stack.pop()
+        if depth > max_depth:
+            raise RecipeError(f"{where}: YAML nested more than {max_depth} deep")
+        if id(n) in sizes and not done:
+            continue
+        children = []
+        if isinstance(n, yaml.SequenceNode):
+            children = list(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            children = [c for kv in n.value for c in kv]
+        if not done and children:
+            stack.append((n, depth, True))
+            stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
+            continue
+        total = 1 + sum(sizes.get(id(c), 1) for c in children)
+        if total > max_nodes:
+            raise RecipeError(f"{where}: YAML expands to more than {max_nodes} nodes (an alias bomb?)")
+        sizes[id(n)] = total
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise RecipeError(f"{where}: YAML nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
 def dig(d, dotted: str, default=None):
     for k in dotted.split("."):
         if not isinstance(d, dict) or k not in d:
@@ -78,15 +130,14 @@ def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
     >>> apply_overrides({"data": {"val_files": "v"}}, ["data.train_files=/d/t.parquet", "trainer.max_steps=8"])
     {'data': {'val_files': 'v', 'train_files': '/d/t.parquet'}, 'trainer': {'max_steps': 8}}
     """
-    import yaml
 
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             continue
         try:
-            parsed = yaml.safe_load(value) if value.strip() else None
-        except yaml.YAMLError:
+            parsed = safe_yaml(value, f"override {key}") if value.strip() else None
+        except RecipeError:
             parsed = value
         node = recipe
         *parents, last = key.strip().split(".")
@@ -103,17 +154,26 @@ def load_recipe(
 ) -> dict:
     """The recipe YAML at ``path`` as a dict, with EasyR1's ``key=value`` ``overrides`` applied and, with
     ``resolve``, ``${oc.env:...}`` resolved from ``env`` (default: the environment). Raises :class:`RecipeError`."""
-    import yaml
 
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise RecipeError(f"recipe {path}: no such file") from None
     except OSError as e:
         raise RecipeError(f"recipe {path}: cannot read ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        raise RecipeError(f"recipe {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not stat.S_ISREG(mode):
+        raise RecipeError(f"recipe {path}: not a regular file")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise RecipeError(f"recipe {path}: cannot read ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise RecipeError(f"recipe {path}: not UTF-8 text (byte 0x{data[e.start]:02x} at byte {e.start}); "
+                          "is it a YAML file?") from None  # fmt: skip
+    raw = safe_yaml(text, f"recipe {path}") or {}
     if not isinstance(raw, dict):
         raise RecipeError(f"recipe {path}: not a YAML mapping")
     recipe = apply_overrides(raw, list(overrides or []))

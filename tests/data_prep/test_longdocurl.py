@@ -210,7 +210,7 @@ def test_malformed_record_names_the_file_and_line(tmp_path):
     path.write_text(
         '{"question_id": "q1", "doc_no": "1", "question": "q", "answer": "a", "evidence_pages": [1]}\n{oops\n'
     )
-    with pytest.raises(InputError, match=r"bad.jsonl:2: not a JSON object"):
+    with pytest.raises(InputError, match=r"bad.jsonl:2: not valid JSON"):
         load_records(path)
     path.write_text('{"question_id": "q1", "doc_no": "1", "answer": "a"}\n')
     with pytest.raises(InputError, match=r"bad.jsonl:1: missing field\(s\) question, evidence_pages"):
