@@ -152,8 +152,11 @@ class Document:
         sizes = []
         for i in range(self.n_pages):
             page = pdf[i]
-            sizes.append((float(page.get_width()), float(page.get_height())))
+            w, h = float(page.get_width()), float(page.get_height())
             page.close()
+            if not (math.isfinite(w) and math.isfinite(h) and w > 0 and h > 0):
+                raise ValueError(f"page {i + 1} has size {w} x {h}")
+            sizes.append((w, h))
         self.page_sizes: list[tuple[float, float]] = sizes
         """Per page ``(width, height)`` in points of the displayed (rotated) page, index = page - 1."""
 
@@ -186,7 +189,13 @@ class Document:
             if len(pdf) == 0:
                 pdf.close()
                 raise InputError(f"{path}: the PDF has zero pages")
-            return cls(path, pdf, sha256_file(path))
+            try:  # every page is loaded here: a page tree that lies about its pages or loops fails now, clearly
+                return cls(path, pdf, sha256_file(path))
+            except (pdfium.PdfiumError, ValueError, OverflowError) as e:
+                n = len(pdf)
+                pdf.close()
+                raise InputError(f"{path}: damaged PDF: its page tree lists {n} pages, but a page cannot "
+                                 f"be loaded ({e})") from None  # fmt: skip
 
     def close(self) -> None:
         with _PDFIUM_LOCK:
