@@ -54,7 +54,6 @@ tags are removed from the gold answer in every case.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -212,17 +211,24 @@ def load_citevqa(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: CiteVQA file not found")
-    text = path.read_text(encoding="utf-8")
+    from data_prep.io import loads_record, read_text
+
+    text = read_text(path)  # a regular file only, UTF-8 or one clear error
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
+        data = loads_record(text, str(path))
+    except InputError as whole:
+        if "not valid JSON" not in str(whole):
+            raise  # a bounded-number or nesting error of the one document: reported as it is
         data = []
         for lineno, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    data.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise InputError(f"{path}:{lineno}: neither a JSON document nor JSONL ({e.msg})") from None
+                    data.append(loads_record(line, f"{path}:{lineno}"))
+                except InputError as e:
+                    if "not valid JSON" not in str(e):
+                        raise
+                    why = str(e).removeprefix(f"{path}:{lineno}: ")
+                    raise InputError(f"{path}:{lineno}: neither a JSON document nor JSONL ({why})") from None
     if isinstance(data, dict):
         data = _get(data, ("data", "items", "records"), None)
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):

@@ -346,7 +346,7 @@ def _parse_float(where: str):
             raise InputError(f"{where}: a number of {len(text)} characters (more than {MAX_INT_DIGITS + 40})")
         value = float(text)
         if not math.isfinite(value):
-            raise InputError(f"{where}: the number {text[:40]} is too large (not a finite float)")
+            raise InputError(f"{where}: the number {text[:40]} is too large (not a finite number)")
         return value
 
     return parse
@@ -354,7 +354,7 @@ def _parse_float(where: str):
 
 def _parse_constant(where: str):
     def parse(name: str):
-        raise InputError(f"{where}: {name} is not a number this project accepts (NaN and infinities are refused)")
+        raise InputError(f"{where}: {name} is not a finite number (NaN and infinities are refused)")
 
     return parse
 
@@ -396,10 +396,10 @@ def loads_record(text: str, where: str) -> Any:
     >>> loads_record('{"page": NaN}', "f:1")
     Traceback (most recent call last):
     ...
-    data_prep.types.InputError: f:1: NaN is not a number this project accepts (NaN and infinities are refused)
+    data_prep.types.InputError: f:1: NaN is not a finite number (NaN and infinities are refused)
     """
     if not _depth_ok(text, MAX_JSON_DEPTH):
-        raise InputError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} deep")
+        raise InputError(f"{where}: JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)")
     try:
         return json.loads(
             text, parse_int=_parse_int(where), parse_float=_parse_float(where), parse_constant=_parse_constant(where)
