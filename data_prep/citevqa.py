@@ -209,8 +209,6 @@ def _get(d: dict, names: tuple[str, ...], default: Any = None) -> Any:
 def load_citevqa(path: str | Path) -> list[dict]:
     """CiteVQA records from a JSON list, a ``{"data": [...]}`` object, or JSONL."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: CiteVQA file not found")
     from data_prep.io import loads_record, read_text
 
     text = read_text(path)  # a regular file only, UTF-8 or one clear error

@@ -17,7 +17,7 @@ from eval.tables import runs_markdown
 
 def _load_run(d: Path) -> tuple[dict, dict]:
     mf = d / "metrics.json"
-    if not mf.is_file():
+    if not mf.exists() and not mf.is_symlink():
         raise InputError(f"{d}: no metrics.json (give `eval score` output folders)")
     metrics = read_json(mf)
     if not isinstance(metrics, dict):
