@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from data_prep.io import refuse_output_over_inputs
 
     funnel_path = args.out.with_name(args.out.name + ".funnel.json")
+    from data_prep.io import refuse_cache_entry
+
+    refuse_cache_entry(args.out.parent, args.out)
     refuse_output_over_inputs(args.out, [args.citevqa, args.release])
     refuse_output_over_inputs(funnel_path, [args.citevqa, args.release], flag="the funnel file")
     citevqa = load_citevqa(args.citevqa)

@@ -78,6 +78,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     if path.is_dir():
         raise OutputError(f"{path}: is a directory; give a file name for this output")
     refuse_special_output(path)
+    refuse_cache_entry(path.parent, path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -160,6 +161,21 @@ def refuse_special_output(out: str | Path, flag: str = "--out") -> None:
         )
 
 
+def is_cache_entry(folder: str | Path) -> bool:
+    """Whether ``folder`` is an entry of a block cache (it holds ``manifest.json`` and ``blocks.jsonl``)."""
+    folder = Path(folder)
+    return (folder / "manifest.json").is_file() and (folder / "blocks.jsonl").is_file()
+
+
+def refuse_cache_entry(folder: str | Path, out: str | Path, flag: str = "--out") -> None:
+    """Raise :class:`OutputError` when ``folder`` (where ``out`` would be written) is a block-cache entry: an
+    output there would replace or sit among the cache's own files, whatever ``--cache-dir`` the command was
+    given. The cache writes its entries itself, never through this module's writers."""
+    if is_cache_entry(folder):
+        raise OutputError(f"{out}: {flag} is inside the cache entry {folder}; writing it would damage the cache: "
+                          "give a path outside the cache folder")  # fmt: skip
+
+
 def refuse_output_inside(
     out: str | Path, folders: Iterable[str | Path | None], what: str, flag: str = "--out"
 ) -> None:
@@ -206,6 +222,8 @@ def atomic_dir(path: str | Path, owned: Iterable[str] = (), flag: str = "--out")
     owned = set(owned)
     if path.exists() and not path.is_dir():
         raise OutputError(f"{path}: {flag} is an existing file; this output is a folder: give a folder name")
+    refuse_cache_entry(path, path, flag)
+    refuse_cache_entry(path.parent, path, flag)
     if path.is_dir():
         foreign = sorted(p.name for p in path.iterdir() if p.name not in owned)
         if foreign:

@@ -456,6 +456,38 @@ OUTPUT_CASES += [
 ]  # fmt: skip
 
 
+# Any writer, whatever --cache-dir it was given: a path inside a cache entry is refused (the one writer's guard).
+ENTRY_WRITERS = {
+    "resolve": OUT_SLOTS["resolve"][0],
+    "reward-score": OUT_SLOTS["reward-score"][0],
+    "compare": OUT_SLOTS["compare"][0],
+    "citevqa": OUT_SLOTS["citevqa"][0],
+    "score-dir": ["eval", "score", "--gold", "{gold}", "--pred", "{pred}", "--out", "{outp}", "--no-report"],
+}
+
+
+def entry_setup(rel: str, own_cache: bool):
+    def setup(c) -> None:
+        opt_setup(c)
+        cache = c.env.copy_cache(c.tmp / "cache")
+        if own_cache:
+            c.vars["cache"] = cache
+        c.vars["outp"] = cache / rel.format(key=c.env.doc_key)
+        c.protect(cache)
+
+    return setup
+
+
+OUTPUT_CASES += [
+    Case(f"out-entry-{w}-{name}-{'same' if own else 'other'}-cache", argv, clean_error("cache"),
+         entry_setup(rel, own))
+    for w, argv in ENTRY_WRITERS.items()
+    for name, rel in (("manifest", "{key}/manifest.json"), ("blocks", "{key}/blocks.jsonl"), ("new", "{key}/x.out"))
+    for own in (True, False)
+    if not (w == "score-dir" and name != "new")
+]  # fmt: skip
+
+
 def runlog_cmd(argv_fn):
     """A launch.runlog command as a library call: its exit status and error line become the harness's."""
 
