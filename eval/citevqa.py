@@ -21,10 +21,16 @@ a file or one of its ``{fields}`` is missing. ``$QUOTECITE_CITEVQA_DIR`` stands 
 
   Both calls run on :class:`reward.judge.HttpJudge`'s client (concurrency, deadline, retries with backoff,
   de-duplication, failure counting): only the request body and the reply parser differ. A reply is read as the
-  **last** tag of its kind after any ``<think>`` block, spaces inside the tag allowed; a value outside 0..5 or a
-  reply without the tag leaves that score missing and the question out of the judge metrics (paper Appendix B).
-  CiteVQA's scorer takes the first tag, accepts any integer and then divides by 20 (its SAA bug; we keep 0-5).
-  Temperature 0 and a 1,024-token reply limit are the paper's settings (Appendix A).
+  tag of its kind after any ``<think>`` block, spaces inside the tag allowed; a value outside 0..5, a reply
+  without the tag, or one with two tags that disagree leaves that score missing and the question out of the judge
+  metrics (paper Appendix B). CiteVQA's scorer takes the first tag, accepts any integer and then divides by 20 (its
+  SAA bug; we keep 0-5). Temperature 0 and a 1,024-token reply limit are the paper's settings (Appendix A).
+
+  Two judge settings apply to both calls (:class:`reward.judge.JudgeSettings`): thinking off (the default:
+  ``chat_template_kwargs.enable_thinking`` false, so a thinking model answers within the 1,024 tokens) and
+  constrained decoding on (the default: vLLM's ``structured_outputs`` with :func:`reply_regex`, the prompts' own
+  shape of one reasoning line and the backticked tag, so every reply parses; ``--judge-unconstrained`` sends the
+  paper's unconstrained requests).
 """
 
 from __future__ import annotations
@@ -139,10 +145,26 @@ def parse_tag_score(text: str, tag: re.Pattern, max_score: int = 5) -> int | Non
     if not isinstance(text, str):
         return None
     found = tag.findall(strip_reasoning(text))
-    if not found:
-        return None
+    if not found or len({int(v) for v in found}) > 1:
+        return None  # no score, or two that disagree (a verdict, then an injected one): never "last one wins"
     v = int(found[-1])
     return v if 0 <= v <= max_score else None
+
+
+REASONING_MAX_CHARS = 400
+"""Longest reasoning line a constrained CiteVQA reply may have (its prompts ask for one line, then the score)."""
+
+
+def reply_regex(tag: str) -> str:
+    r"""The shape CiteVQA's judge prompts ask for, as a regex for constrained decoding: one reasoning line (no
+    newline, ``<`` or backtick, so it cannot hold a second tag), a newline, then the score tag in backticks as in
+    the prompts' output example; the score one digit 0..5. :func:`parse_tag_score` reads every reply of it.
+
+    >>> import re
+    >>> bool(re.fullmatch(reply_regex("qa_acc"), "Matches the standard answer.\n```<qa_acc>4</qa_acc>```"))
+    True
+    """
+    return rf"[^\n<`]{{1,{REASONING_MAX_CHARS}}}\n```<{tag}>[0-5]</{tag}>```"
 
 
 @dataclass(frozen=True)
@@ -170,6 +192,7 @@ class _TagCall(HttpJudge):
         self.user_template = user_template
         self.field = field
         self.tag = tag
+        self.tag_name = tag.pattern[1 : tag.pattern.index(">")]
         self.images = images
 
     def body(self, request: JudgeRequest) -> dict:
@@ -191,7 +214,12 @@ class _TagCall(HttpJudge):
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
             **self.extra_body,
+            **self.format_constraint(request),
         }
+
+    def format_constraint(self, request: JudgeRequest) -> dict:
+        """vLLM's ``structured_outputs`` regex of this call's reply shape (:func:`reply_regex`), ``{}`` when off."""
+        return {"structured_outputs": {"regex": reply_regex(self.tag_name)}} if self.structured else {}
 
     def parse_reply(self, content: str):
         v = parse_tag_score(content, self.tag)

@@ -62,8 +62,8 @@ from eval.metrics import (
     threshold_key,
 )
 from eval.schemas import Gold, Prediction, atomic_write_text, read_gold, read_predictions, write_json, write_jsonl
-from reward.judge import CLI_OUTAGE_S, DEFAULT_JUDGE, JUDGES, JudgeSettings
-from reward.replicas import UrlListAction
+from reward.judge import CLI_OUTAGE_S, DEFAULT_JUDGE, JUDGES, JudgeSettings, add_judge_mode_arguments
+from reward.servers import UrlListAction
 
 JUDGE_BATCH = 64
 """Questions per judge batch (progress is reported per batch)."""
@@ -377,7 +377,7 @@ JUDGE_PROTOCOLS = ("citevqa", "rubric")
 def make_judge(args: argparse.Namespace):
     """The judge asked for on the command line, or None: ``--judge NAME`` (any registered judge; one that needs a
     server URL takes ``--judge-url``, which alone means the default judge)."""
-    from reward.judge import DEFAULT_JUDGE, JUDGES, JudgeSettings, build_judge
+    from reward.judge import DEFAULT_JUDGE, JUDGES, JudgeSettings, build_judge, judge_mode_of
 
     name = args.judge or (DEFAULT_JUDGE if args.judge_url else None)
     if name is None:
@@ -395,6 +395,7 @@ def make_judge(args: argparse.Namespace):
         concurrency=args.judge_concurrency,
         outage_s=args.judge_outage_s,
         prompt_path=str(args.judge_prompt) if args.judge_prompt else None,
+        **judge_mode_of(args),
     )
     if getattr(args, "judge_protocol", "citevqa") == "citevqa":
         from eval.citevqa import CiteVQAJudge
@@ -460,6 +461,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--judge-concurrency", type=int_in_range(1, 4096), default=JudgeSettings.concurrency,
         help="judge requests in flight",
     )  # fmt: skip
+    add_judge_mode_arguments(parser)
     parser.add_argument(
         "--judge-outage-s", type=finite_float, default=CLI_OUTAGE_S,
         help="seconds to wait out a judge outage (probing /health) before stopping with an error (0: none)",

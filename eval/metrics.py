@@ -62,7 +62,7 @@ How this differs from CiteVQA's released scorer (``eval/run.py`` of opendatalab/
 * Its relevance judge receives page images from a field (``openai_images``) its inference records lack, so it
   sees no image; ours gets the crops of the regions the citations point to (paper Appendix A). Its judge puts the
   prompt and the filled template together in the system turn; ours sends the template as the user turn (J.3). Its
-  reply regex takes the first tag and any integer; ours the last tag, 0..5 only.
+  reply regex takes the first tag and any integer; ours the one tag (two that disagree: none), 0..5 only.
 * It returns no F1 (None, excluded from the mean) when recall + precision is 0; ours scores such a question
   0 and averages F1 over all questions.
 * It reads its ground truth from an ``answer_bboxes`` field that its released data does not carry; ours reads

@@ -17,7 +17,7 @@ from reward.preflight import (
     missing_paths,
     read_recipe,
 )
-from reward.replicas import UrlListAction
+from reward.servers import UrlListAction
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,11 +29,11 @@ from pathlib import Path
 from data_prep.io import atomic_write_text, finite_float, int_in_range, read_jsonl, refuse_output_over_inputs
 from data_prep.types import InputError
 from reward.config import RewardConfig
-from reward.judge import CLI_OUTAGE_S, JUDGES
-from reward.replicas import UrlListAction
+from reward.judge import CLI_OUTAGE_S, JUDGES, add_judge_mode_arguments, judge_mode_of
 from reward.resolve import RESOLVERS
 from reward.response import DEFAULT_MAX_QUOTES
 from reward.scoring import REWARD_FORMS, is_judged
+from reward.servers import UrlListAction
 
 MAX_QUOTES_OPTION = 1000
 """Upper bound of ``--max-quotes`` (a response with more quotes than this is not a citation answer)."""
@@ -107,6 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds to wait out a judge/embedder outage (probing /health) before stopping with an error (0: none; "
         f"default: {CLI_OUTAGE_S:g})",
     )  # fmt: skip
+    add_judge_mode_arguments(parser)
     parser.add_argument(
         "--max-quotes",
         type=int_in_range(1, MAX_QUOTES_OPTION),
@@ -201,6 +202,7 @@ def settings_of(args: argparse.Namespace) -> dict:
         "retries": args.retries,
         "judge_outage_s": args.judge_outage_s,
         "max_quotes": args.max_quotes,
+        **{"judge_" + k: v for k, v in judge_mode_of(args).items()},
     }
     settings = recipe_reward_settings(args.recipe) if args.recipe is not None else {}
     settings.update({k: v for k, v in given.items() if v is not None})

@@ -47,7 +47,7 @@ class RewardConfig:
     judge_url: str | None = field(default_factory=_env("QUOTECITE_JUDGE_URL"))
     """Base URL of the judge's OpenAI-compatible API, e.g. ``http://host:8000/v1`` (env ``QUOTECITE_JUDGE_URL``).
     Several (comma-separated, or a list) are replicas of one judge: requests go to the least busy one and a
-    replica that stops answering is skipped until it answers again (:mod:`reward.replicas`)."""
+    replica that stops answering is skipped until it answers again (:mod:`reward.servers`)."""
     judge_model: str = field(default_factory=_env("QUOTECITE_JUDGE_MODEL", DEFAULT_JUDGE_MODEL))
     """Model name the judge server serves (env ``QUOTECITE_JUDGE_MODEL``, else Qwen/Qwen3.5-9B)."""
     concurrency: int = _J.concurrency
@@ -60,7 +60,7 @@ class RewardConfig:
     """Base of the judge's exponential backoff with full jitter, seconds."""
     judge_outage_s: float = _J.outage_s
     """How long one reward call waits out an outage of the judge or the HTTP quote embedder (probing their
-    ``/health`` with backoff, then scoring for real) before it raises :class:`reward.judge.ServerOutageError`
+    ``/health`` with backoff, then scoring for real) before it raises :class:`reward.servers.ServerOutageError`
     (:mod:`reward.judge` defines what counts as an outage). 0: raise at the first outage."""
     batch_groups: int | None = None
     """Groups (prompts) per training batch, EasyR1's ``data.rollout_batch_size`` (the launch passes it). With it,
@@ -69,12 +69,25 @@ class RewardConfig:
     keep_band: list | None = None
     """``[filter_low, filter_high]`` of EasyR1's online filter when it is on (the launch passes it): a group
     trains when its ``keep`` lies strictly inside. None: online filtering is off and every group of a call trains."""
+    # --- samples (issue 23, reward/samples.py) ---
+    samples_every: int = 1
+    """Write sampled groups (with crops, scores, advantages) of every n-th training batch to
+    ``$QUOTECITE_METRICS_DIR/samples/`` (:mod:`reward.samples`); 0: never."""
+    samples_groups: int = 2
+    """Groups kept per sampled batch (seeded; at least one the keep band drops when there is one)."""
+    samples_max_mb: float = 200.0
+    """Bound on the size of a segment's ``samples/`` folder; the oldest batches are removed first."""
+    # --- end samples ---
     judge_max_tokens: int = _J.max_tokens
     """Token limit of a judge reply (room for a short reasoning before the score object)."""
     judge_temperature: float = _J.temperature
     """Judge sampling temperature (0: identical requests get identical scores)."""
     judge_extra_body: dict | None = None
-    """Extra JSON fields for every judge request (e.g. vLLM's ``chat_template_kwargs``)."""
+    """Extra JSON fields for every judge request (e.g. vLLM's ``top_k``); thinking is :attr:`judge_thinking`."""
+    judge_thinking: bool = _J.thinking
+    """The judge model's thinking mode (:attr:`reward.judge.JudgeSettings.thinking`; default off)."""
+    judge_structured: bool = _J.structured
+    """Constrained decoding of the judge's reply (:attr:`reward.judge.JudgeSettings.structured`; default on)."""
     judge_prompt: str | None = None
     """Judge prompt file; None = ``recipes/prompts/judge.txt``."""
     max_crops: int = _J.max_crops
@@ -123,7 +136,7 @@ class RewardConfig:
             concurrency=self.concurrency, timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s,
             max_tokens=self.judge_max_tokens, temperature=self.judge_temperature, extra_body=self.judge_extra_body,
             prompt_path=self.judge_prompt, outage_s=self.judge_outage_s, max_crops=self.max_crops,
-            crop_dpi=self.crop_dpi,
+            crop_dpi=self.crop_dpi, thinking=self.judge_thinking, structured=self.judge_structured,
         )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -161,6 +174,9 @@ class RewardConfig:
             (math.isfinite(self.timeout_s), "timeout_s must be finite"),
             (self.judge_outage_s >= 0, "judge_outage_s must be >= 0"),
             (self.batch_groups is None or self.batch_groups >= 1, "batch_groups must be >= 1"),
+            (self.samples_every >= 0, "samples_every must be >= 0"),  # samples
+            (self.samples_groups >= 1, "samples_groups must be >= 1"),  # samples
+            (self.samples_max_mb > 0, "samples_max_mb must be > 0"),  # samples
         ]
         for ok, msg in checks:
             if not ok:
@@ -226,7 +242,7 @@ def _coerce(name: str, value, hint):
             raise ValueError(value)
         if base is str:
             if isinstance(value, list | tuple) and name.endswith("_url"):
-                return ",".join(str(v) for v in value)  # several servers: replicas (reward.replicas)
+                return ",".join(str(v) for v in value)  # several servers: replicas (reward.servers)
             return str(value)
         if base is dict:
             return _json_setting(name, value) if isinstance(value, str) else dict(value)

@@ -53,8 +53,8 @@ from data_prep.registry import Registry
 from data_prep.text import tokenize
 from data_prep.types import InputError
 from recipes import prompt_path
-from reward.replicas import ReplicaSet, parse_urls
 from reward.response import iter_json_objects, strip_reasoning
+from reward.servers import HEALTH_BACKOFF_S, ReplicaSet, ServerOutageError, health_url, parse_urls, probe_health
 
 log = logging.getLogger("reward")
 
@@ -72,9 +72,6 @@ FAILURE_KINDS: tuple[str, ...] = (
 OUTAGE_FAILURES: frozenset[str] = frozenset({"timeout", "connection", "http_5xx", "overloaded"})
 """Failure kinds that say the server is down, restarting or overloaded (retried, and waited out when they fail a
 whole batch: see the module docstring)."""
-
-HEALTH_BACKOFF_S: tuple[float, float] = (1.0, 30.0)
-"""First and largest pause between two ``/health`` probes during an outage, seconds."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +106,15 @@ class JudgeSettings:
     """Cited blocks shown per response (the first distinct ones, in citation order; CiteVQA shows at most six)."""
     crop_dpi: float = 150.0
     """Resolution of the crops, dots per inch (CiteVQA's 150)."""
+    thinking: bool = False
+    """The judge model's thinking mode (Qwen3.5's chat template reads ``enable_thinking``; every request sends
+    ``chat_template_kwargs: {"enable_thinking": <this>}``). Off: the judge answers the rubric directly. On, a
+    thinking model spends the reply's token budget reasoning, and a reply cut inside it has no score."""
+    structured: bool = True
+    """Constrain the judge's decoding to its reply format (vLLM's structured outputs): the rubric through a JSON
+    schema (``response_format``; the crop list exactly as long as the crops), CiteVQA's two prompts through a
+    regex of their own shape (:func:`eval.citevqa.reply_regex`). No reply can then be unparseable; False sends
+    the paper's unconstrained requests (an exact reproduction: the paper lost 253 of 18,694 judge calls)."""
 
     def client_kwargs(self) -> dict:
         """Keyword arguments of :class:`HttpJudge` (and of the CiteVQA judge's calls)."""
@@ -122,74 +128,37 @@ class JudgeSettings:
             "extra_body": self.extra_body,
             "prompt_path": self.prompt_path,
             "outage_s": self.outage_s,
+            "thinking": self.thinking,
+            "structured": self.structured,
         }
+
+
+def add_judge_mode_arguments(parser) -> None:
+    """``--judge-thinking`` and ``--judge-unconstrained``: :attr:`JudgeSettings.thinking` and
+    :attr:`JudgeSettings.structured` on the command lines of ``reward score`` and ``eval score``."""
+    parser.add_argument(
+        "--judge-thinking", action="store_true", default=None,
+        help="leave the judge model's thinking mode on (default off: enable_thinking=false in every request)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--judge-unconstrained", action="store_true", default=None,
+        help="send unconstrained judge requests, as the paper did (default: decoding constrained to the reply "
+        "format through vLLM's structured outputs, so no reply is unparseable)",
+    )  # fmt: skip
+
+
+def judge_mode_of(args) -> dict:
+    """The :class:`JudgeSettings` fields given by :func:`add_judge_mode_arguments`' options (absent: not given)."""
+    out = {}
+    if getattr(args, "judge_thinking", None):
+        out["thinking"] = True
+    if getattr(args, "judge_unconstrained", None):
+        out["structured"] = False
+    return out
 
 
 CLI_OUTAGE_S = 30.0
 """Default ``--judge-outage-s`` of ``reward score`` and ``eval score``."""
-
-
-class ServerOutageError(InputError):
-    """A judge or embedding server stayed down past the outage budget (``judge_outage_s``). One line naming the
-    server, its URL and the time waited; the training launch restarts the servers and resumes when the trainer
-    stops with it (``launch/grpo_8b.sh``)."""
-
-    def __init__(self, what: str, url: str, waited_s: float, budget_s: float, detail: str = "") -> None:
-        self.what, self.url, self.waited_s, self.budget_s = what, url, float(waited_s), float(budget_s)
-        msg = (
-            f"{what} at {url} is down: no answer for {waited_s:.0f} s (outage budget judge_outage_s={budget_s:g})"
-            + (f"; last: {' '.join(detail.split())[:200]}" if detail else "")
-        )
-        super().__init__(msg)
-
-    def to_dict(self) -> dict:
-        return {"what": self.what, "url": self.url, "waited_s": round(self.waited_s, 1), "budget_s": self.budget_s,
-                "message": str(self)}  # fmt: skip
-
-
-def health_url(base_url: str) -> str:
-    """vLLM's liveness URL for an API base URL: ``http://h:8000/v1`` -> ``http://h:8000/health``.
-
-    >>> health_url("http://127.0.0.1:8000/v1/")
-    'http://127.0.0.1:8000/health'
-    """
-    base = base_url.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    return base + "/health"
-
-
-def probe_health(url: str, timeout_s: float = 5.0) -> str:
-    """``""`` when ``url`` answers HTTP 200 within ``timeout_s``, else why not (one line)."""
-    import httpx
-
-    try:
-        r = httpx.get(url, timeout=timeout_s)
-    except httpx.HTTPError as e:
-        return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-    return "" if r.status_code == 200 else f"HTTP {r.status_code}"
-
-
-def wait_for_health(
-    url: str, deadline: float, started: float, what: str, budget_s: float, server_url: str | None = None
-) -> float:
-    """Probe ``url`` with exponential backoff until it answers 200; returns the seconds slept. Raises
-    :class:`ServerOutageError` naming ``server_url`` (default ``url``; time counted from ``started``,
-    ``time.monotonic()``) once ``deadline`` passes."""
-    pause, cap = HEALTH_BACKOFF_S
-    slept = 0.0
-    while True:
-        why = probe_health(url)
-        if not why:
-            return slept
-        now = time.monotonic()
-        if now >= deadline:
-            raise ServerOutageError(what, server_url or url, now - started, budget_s, f"{url}: {why}")
-        log.warning("%s at %s is down (%s); waiting (%.0f s of %g s)", what, url, why, now - started, budget_s)
-        step = min(pause, max(deadline - now, 0.05))
-        time.sleep(step)
-        slept += step
-        pause = min(cap, pause * 2)
 
 
 MAX_REPLY_BYTES = 4 * 1024 * 1024
@@ -268,10 +237,14 @@ class JudgeStats:
     """Outages waited out (rounds of re-sending after ``/health`` answered again)."""
     outage_wait_s: float = 0.0
     """Seconds spent waiting for ``/health`` during outages."""
+    prompt_tokens: int = 0
+    """Prompt tokens the server reported (``usage``) over the calls that answered: grows with the crops sent."""
+    completion_tokens: int = 0
+    """Reply tokens the server reported over the calls that answered."""
 
     def add(self, other: JudgeStats) -> None:
         for name in ("requests", "sent", "deduplicated", "attempts", "retries", "ok", "wall_s", "outages",
-                     "outage_wait_s"):  # fmt: skip
+                     "outage_wait_s", "prompt_tokens", "completion_tokens"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.failures.update(other.failures)
         self.retry_reasons.update(other.retry_reasons)
@@ -283,6 +256,9 @@ class JudgeStats:
         d["wall_s"] = round(self.wall_s, 3)
         d["outages"] = self.outages
         d["outage_wait_s"] = round(self.outage_wait_s, 3)
+        d["unparseable"] = self.failures.get("unparseable", 0)
+        d["prompt_tokens"] = self.prompt_tokens
+        d["completion_tokens"] = self.completion_tokens
         return d
 
 
@@ -298,10 +274,13 @@ def _score_value(v) -> int | None:
 
 
 def parse_judge_output(text: str) -> JudgeScores | None:
-    """The last JSON object naming a score, anywhere in the reply (after reasoning, inside a code fence).
+    """The one verdict of a reply: the JSON object naming a score, anywhere in it (after reasoning, inside a code
+    fence).
 
     Every one of ``answer``, ``relevance``, ``coverage`` must be an integer 0..5 (``4.0`` counts as 4); anything
-    else (missing, out of range, a string, a reply cut off inside ``<think>``) gives None, never a guess.
+    else (missing, out of range, a string, a reply cut off inside ``<think>``) gives None, never a guess. A reply
+    with two score objects that disagree (a verdict, then one quoted from injected text) is unparseable too: no
+    "last one wins"; the same object repeated counts once.
 
     >>> parse_judge_output('The answer matches.\\n```json\\n{"answer": 5, "relevance": 4, "coverage": 3}\\n```')
     JudgeScores(answer=5, relevance=4, coverage=3)
@@ -310,13 +289,57 @@ def parse_judge_output(text: str) -> JudgeScores | None:
     """
     if not isinstance(text, str):
         return None
+    found: list[JudgeScores] = []
     for obj in iter_json_objects(strip_reasoning(text)):
         if any(k in obj for k in SCORE_KEYS):
             values = [_score_value(obj.get(k)) for k in SCORE_KEYS]
             if any(v is None for v in values):
                 return None
-            return JudgeScores(*values, crop_relevance=parse_crop_relevance(obj.get(CROP_RELEVANCE_KEY)))
-    return None
+            scores = JudgeScores(*values, crop_relevance=parse_crop_relevance(obj.get(CROP_RELEVANCE_KEY)))
+            if found and (scores != found[0] or scores.crop_relevance != found[0].crop_relevance):
+                return None
+            found.append(scores)
+    return found[0] if found else None
+
+
+def reply_schema(n_crops: int) -> dict:
+    """The JSON schema of the rubric's reply for ``n_crops`` crops (what :attr:`JudgeSettings.structured` sends):
+    the three scores as integers 0..5 and exactly one 0/1 per crop, nothing else.
+
+    >>> reply_schema(2)["properties"]["crop_relevance"]["minItems"]
+    2
+    """
+    score = {"type": "integer", "minimum": 0, "maximum": SCORE_MAX}
+    return {
+        "type": "object",
+        "properties": {
+            **{k: score for k in SCORE_KEYS},
+            CROP_RELEVANCE_KEY: {"type": "array", "items": {"type": "integer", "enum": [0, 1]},
+                                 "minItems": n_crops, "maxItems": n_crops},
+        },
+        "required": [*SCORE_KEYS, CROP_RELEVANCE_KEY],
+        "additionalProperties": False,
+    }  # fmt: skip
+
+
+def thinking_body(thinking: bool, extra_body: dict | None, what: str = "judge") -> dict:
+    """``extra_body`` with ``chat_template_kwargs.enable_thinking`` set from the one ``thinking`` setting; an
+    ``extra_body`` that sets it the other way is an :class:`InputError` (two settings may not disagree).
+
+    >>> thinking_body(False, {"top_k": 1})
+    {'top_k': 1, 'chat_template_kwargs': {'enable_thinking': False}}
+    """
+    body = dict(extra_body or {})
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise InputError(f"{what}: extra_body chat_template_kwargs must be an object, got {kwargs!r}")
+    if "enable_thinking" in kwargs and bool(kwargs["enable_thinking"]) != bool(thinking):
+        raise InputError(
+            f"{what}: extra_body sets chat_template_kwargs.enable_thinking={kwargs['enable_thinking']!r} but the "
+            f"thinking setting is {bool(thinking)}; set thinking (judge_thinking / --judge-thinking) only"
+        )
+    body["chat_template_kwargs"] = {**kwargs, "enable_thinking": bool(thinking)}
+    return body
 
 
 CROP_RELEVANCE_KEY = "crop_relevance"
@@ -416,7 +439,7 @@ class HttpJudge:
 
     Args:
         base_url: API root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended); several
-            (comma-separated or a list) are replicas of one judge (:mod:`reward.replicas`).
+            (comma-separated or a list) are replicas of one judge (:mod:`reward.servers`).
         model: served model name.
         concurrency: requests in flight at once.
         timeout_s: deadline of one HTTP call (connect to last byte), seconds.
@@ -433,6 +456,9 @@ class HttpJudge:
         seed: seed of the jitter.
         outage_s: how long a batch waits out an outage (module docstring) before raising
             :class:`ServerOutageError`; None: never wait (outage failures are unscorable like any other).
+        thinking: the judge model's thinking mode (:attr:`JudgeSettings.thinking`; sent as
+            ``chat_template_kwargs.enable_thinking``).
+        structured: constrain decoding to the reply format (:attr:`JudgeSettings.structured`).
     """
 
     needs_crops = True
@@ -455,6 +481,8 @@ class HttpJudge:
         api_key: str | None = None,
         seed: int | None = None,
         outage_s: float | None = None,
+        thinking: bool = False,
+        structured: bool = True,
     ) -> None:
         urls = parse_urls(base_url, "http judge")
         if not urls:
@@ -479,7 +507,9 @@ class HttpJudge:
         self.max_tokens = int(max_tokens)
         self.temperature = float(temperature)
         self.prompt = JudgePrompt(prompt_path or DEFAULT_PROMPT)
-        self.extra_body = dict(extra_body or {})
+        self.thinking = bool(thinking)
+        self.structured = bool(structured)
+        self.extra_body = thinking_body(self.thinking, extra_body, "http judge")
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         if outage_s is not None and outage_s < 0:
             raise InputError(f"http judge: outage_s must be >= 0 (got {outage_s})")
@@ -493,6 +523,7 @@ class HttpJudge:
         self.failure_examples: dict[str, str] = {}
         """One example message per final failure kind of the last :meth:`score_batch` call (for error reports)."""
         self.max_reply_bytes = MAX_REPLY_BYTES
+        self._usage: Counter = Counter()  # tokens the server reported during the current batch
         """Largest reply read (:data:`MAX_REPLY_BYTES`)."""
 
     def body(self, request: JudgeRequest) -> dict:
@@ -503,7 +534,15 @@ class HttpJudge:
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
             **self.extra_body,
+            **self.format_constraint(request),
         }
+
+    def format_constraint(self, request: JudgeRequest) -> dict:
+        """The request fields that force the reply format (:attr:`JudgeSettings.structured`), ``{}`` when off."""
+        if not self.structured:
+            return {}
+        schema = reply_schema(len(request.crops))
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": "judge_scores", "schema": schema}}}
 
     def _backoff(self, attempt: int) -> float:
         return self._rng.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
@@ -534,9 +573,16 @@ class HttpJudge:
         if status >= 400:
             raise _Failure("http_4xx", False, f"HTTP {status}: {text[:200]}")
         try:
-            content = json.loads(raw)["choices"][0]["message"]["content"]
+            reply = json.loads(raw)
+            content = reply["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError, RecursionError):
             raise _Failure("bad_response", False, text[:200]) from None
+        usage = reply.get("usage") if isinstance(reply, dict) else None
+        if isinstance(usage, dict):
+            for key in ("prompt_tokens", "completion_tokens"):
+                n = usage.get(key)
+                if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 10**9:
+                    self._usage[key] += n
         if isinstance(content, list):  # content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         if not isinstance(content, str):
@@ -610,6 +656,7 @@ class HttpJudge:
         stats.sent = len(firsts)
         stats.deduplicated = len(requests) - len(firsts)
         self.failure_examples = {}
+        self._usage = Counter()
         results: list[JudgeScores | None] = []
         if firsts:
             sem = asyncio.Semaphore(self.concurrency)
@@ -621,8 +668,15 @@ class HttpJudge:
                     await self._wait_out_outages(client, sem, firsts, pairs, stats)
             results = [sc for sc, _ in pairs]
         stats.wall_s = time.perf_counter() - t0
+        stats.prompt_tokens, stats.completion_tokens = self._usage["prompt_tokens"], self._usage["completion_tokens"]
         self.stats = stats
         self.total.add(stats)
+        if stats.failures.get("unparseable"):
+            log.warning(
+                "judge: %d of %d replies held no parseable score (structured decoding %s); e.g. %s",
+                stats.failures["unparseable"], stats.sent, "on" if self.structured else "off",
+                self.failure_examples.get("unparseable", "")[:120],
+            )  # fmt: skip
         return [results[i] for i in slot]
 
     async def _wait_out_outages(self, client, sem, firsts, pairs: list, stats: JudgeStats) -> None:

@@ -24,7 +24,7 @@ Outages are waited out, never scored (``judge_outage_s``, default 600 s): when t
 request of the batch failing with timeouts, refused connections, 5xx or 429, or some failing so while its
 ``/health`` does not answer; :mod:`reward.judge`) or the HTTP quote embedder's call fails while its ``/health`` does
 not answer, the call pauses, probes ``/health`` with backoff and then scores for real. Past the budget it raises
-:class:`reward.judge.ServerOutageError` (one line: server, URL, seconds waited) and, under the launch, first writes
+:class:`reward.servers.ServerOutageError` (one line: server, URL, seconds waited) and, under the launch, first writes
 ``$QUOTECITE_METRICS_DIR/server_outage.json``, which is how ``launch/grpo_8b.sh`` knows to restart the servers and
 resume. A single bad call (the server up and answering the others) stays unscorable as above.
 
@@ -60,6 +60,7 @@ import numpy as np
 
 from data_prep.cache import CachedDoc, DocCache
 from data_prep.encoders import MemoEncoder
+from data_prep.encoders.qwen3vl import EmbeddingServerError
 from data_prep.groundtruth import GroundTruth, unpack_ground_truth
 from data_prep.types import BBox, InputError
 from reward.config import RewardConfig
@@ -68,12 +69,8 @@ from reward.judge import (
     JudgeRequest,
     JudgeScores,
     JudgeStats,
-    ServerOutageError,
     build_judge,
     crop_pngs,
-    health_url,
-    probe_health,
-    wait_for_health,
 )
 from reward.resolve import (
     Citation,
@@ -85,6 +82,7 @@ from reward.resolve import (
 )
 from reward.response import ParsedResponse, parse_response
 from reward.scoring import KEEP_DROP, CitedEvidence, RewardBreakdown, get_reward_form
+from reward.servers import ServerOutageError, health_url, probe_health, wait_for_health
 
 log = logging.getLogger("reward")
 
@@ -185,6 +183,14 @@ def check_judge_setup(js: JudgeStats, judge, answered: bool, hint: str) -> bool:
     )
 
 
+RESOLVE_ERRORS: tuple[type[BaseException], ...] = (EmbeddingServerError, OSError)
+"""What resolving a response's quotes may raise by contract and still leave the batch scorable (that response is
+unscorable): an embedding server failing the call, a file read failing. Bad input (:class:`InputError`) stops the
+call; anything else is a bug and raises, from the first batch on."""
+CROP_ERRORS: tuple[type[BaseException], ...] = (InputError, OSError, ValueError)
+"""What rendering one response's crops may raise by contract (a box pdfium or PIL cannot render, a page that fails
+to draw): that response is unscorable; anything else is a bug and raises."""
+
 METRICS_DIR_ENV = "QUOTECITE_METRICS_DIR"
 """When set (the Slurm launch sets it per job segment), every batch appends its counters as one JSON line to
 ``$QUOTECITE_METRICS_DIR/reward_counters.jsonl``, so format rejects, judge retries/failures and unscorable rates
@@ -194,7 +200,7 @@ survive alongside EasyR1's own log."""
 REWARD_BATCHES = "reward_batches.jsonl"
 """Per-segment file of training-batch records (:class:`TrainBatchTracker`)."""
 SERVER_OUTAGE = "server_outage.json"
-"""Written to ``$QUOTECITE_METRICS_DIR`` just before :class:`~reward.judge.ServerOutageError` leaves the reward."""
+"""Written to ``$QUOTECITE_METRICS_DIR`` just before :class:`~reward.servers.ServerOutageError` leaves the reward."""
 
 
 def append_metrics_line(name: str, obj: dict) -> None:
@@ -340,6 +346,11 @@ class RewardScorer:
         """Training-batch records (None without ``batch_groups``)."""
         self.last_batch: dict | None = None
         """The training-batch record completed by the last call, if any."""
+        # --- samples (issue 23) ---
+        from reward.samples import make_sampler
+
+        self.sampler = make_sampler(config)
+        # --- end samples ---
         self._outage_started: float | None = None
         self.last = BatchStats()
         """Stats of the last batch."""
@@ -439,9 +450,7 @@ class RewardScorer:
                     threshold=cfg.abstain_threshold,
                     context=_context(it) if uses_context else None,
                 )
-            except InputError:
-                raise
-            except Exception as e:  # an odd quote must not kill the step
+            except RESOLVE_ERRORS as e:  # a resolver's encoder failing by contract (server error); a bug raises
                 log.warning("resolving quotes of %s failed: %s", it.gt.qid, e)
                 it.failed = "resolve"
                 continue
@@ -474,9 +483,9 @@ class RewardScorer:
             stats.judge = getattr(self.judge, "stats", JudgeStats())
             if requests:
                 self._check_judge_setup(stats.judge)
-        except InputError:
+        except (InputError, ServerOutageError):
             raise
-        except Exception as e:  # an outage never raises out of the reward
+        except Exception as e:  # a judge client failing in an unforeseen way: this batch is unscorable
             log.warning("judge batch failed: %s", e)
             scores = [None] * len(requests)
             stats.judge = JudgeStats(requests=len(requests), failures=Counter({"error": len(requests)}))
@@ -493,6 +502,8 @@ class RewardScorer:
 
         out, groups = self._rewards(items, judge_s, stats)
         self.last_batch = self.tracker.add_call(groups, [b for b, _ in out], stats) if self.tracker else None
+        if self.sampler is not None:  # --- samples (issue 23) ---
+            self.sampler.add_call(items, out, self.last_batch, tracked=self.tracker is not None)
         stats.seconds["total"] += time.perf_counter() - t_all
         self.last = stats
         self.total.add(stats)
@@ -597,7 +608,7 @@ class RewardScorer:
                 try:
                     it.crops = crop_pngs(it.cached, it.shown, self.config.max_crops, self.config.crop_dpi,
                                          doc=open_docs[key])  # fmt: skip
-                except Exception as e:
+                except CROP_ERRORS as e:  # pdfium or PIL failing on this page or box; a bug raises
                     log.warning("cropping the citations of %s failed: %s", it.gt.qid, e)
                     it.failed = "crop"
         finally:

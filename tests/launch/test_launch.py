@@ -227,7 +227,7 @@ def test_three_job_chain_reaches_max_steps_with_every_step_logged_once(tmp_path,
     judge = json.loads((run.dir / "segments" / segs[0]["name"] / "judge.log").read_text().splitlines()[0])
     embed = json.loads((run.dir / "segments" / segs[0]["name"] / "embed.log").read_text().splitlines()[0])
     assert (judge["cuda_visible_devices"], embed["cuda_visible_devices"]) == ("2", "2")
-    # memory shares as vLLM reads them (the stand-in parses the flags like vLLM 0.18.1): both fit on GPU 2
+    # memory shares as vLLM reads them (the stand-in parses the flags like vLLM 0.32.0): both fit on GPU 2
     assert (judge["gpu_memory_utilization"], embed["gpu_memory_utilization"]) == (0.55, 0.25)
     assert (judge["model"], embed["model"], embed["runner"]) == ("Qwen/Qwen3.5-9B", "Qwen/Qwen3-VL-Embedding-2B",
                                                                  "pooling")  # fmt: skip

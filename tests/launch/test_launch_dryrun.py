@@ -147,9 +147,9 @@ def test_dry_run_with_the_environment_setup_shows_the_pinned_installs_without_in
         tmp_path, QUOTECITE_ENV_SETUP="1", QUOTECITE_MAX_STEPS="8", QUOTECITE_ENV_ROOT=str(tmp_path / "envs")
     )
     assert "verl @ git+https://github.com/hiyouga/EasyR1.git@b44b311" in out
-    assert "vllm==0.11.0" in out and "vllm==0.18.1" in out
+    assert "vllm==0.11.0" in out and "vllm==0.32.0" in out
     assert f"{tmp_path}/envs/trainer-easyr1-b44b311-vllm-0.11.0/bin/python -m verl.trainer.main" in out
-    assert f"{tmp_path}/envs/server-vllm-0.18.1/bin/vllm serve Qwen/Qwen3.5-9B" in out
+    assert f"{tmp_path}/envs/server-vllm-0.32.0/bin/vllm serve Qwen/Qwen3.5-9B" in out
     assert not (tmp_path / "envs").exists()
 
 
@@ -252,7 +252,7 @@ def test_a_judge_that_exits_at_start_is_named_with_its_log(tmp_path):
 
 
 def test_local_run_starts_both_servers_with_vllm_flags_and_memory_shares_that_fit_one_gpu(tmp_path):
-    # The stand-in parses the servers' command lines like vLLM 0.18.1 (unknown flags fail), so this checks the
+    # The stand-in parses the servers' command lines like vLLM 0.32.0 (unknown flags fail), so this checks the
     # flags the launch really passes: vLLM sizes each instance as its share of the whole GPU, so the two shares
     # must leave room for both on GPU 2.
     run = tmp_path / "run"
@@ -469,7 +469,7 @@ def test_dry_run_2x8_two_judge_replicas_and_ray_across_both_nodes(tmp_path):
     embed = next(c for c in cmds if "Qwen/Qwen3-VL-Embedding-2B" in c and "--port" in c)
     assert embed[embed.index("--gpus") + 1] == "7" and embed[embed.index("--port") + 1] not in ports
     prefix, env, over = trainer_of(out)
-    # the reward gets both replicas, comma-separated (reward/replicas.py)
+    # the reward gets both replicas, comma-separated (reward/servers.py)
     assert env["QUOTECITE_JUDGE_URL"] == ",".join(f"http://gpu02:{p}/v1" for p in ports)
     assert prefix == ["CUDA_VISIBLE_DEVICES=0,1,2,3,4,5"] and "RAY_ADDRESS" in env
     assert over[1:3] == ["trainer.nnodes=2", "trainer.n_gpus_per_node=6"]

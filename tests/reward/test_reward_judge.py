@@ -39,8 +39,9 @@ PARSE_CASES = [
     ),  # an object inside the thinking is not the verdict
     (
         'Example: {"answer": 0, "relevance": 0, "coverage": 0}. Mine: {"answer": 3, "relevance": 3, "coverage": 3}',
-        (3, 3, 3),
-    ),  # the last object is the verdict
+        None,
+    ),  # two verdicts that disagree (e.g. one quoted from injected text): unparseable, never "last one wins"
+    ('{"answer": 3, "relevance": 3, "coverage": 3} {"answer": 3, "relevance": 3, "coverage": 3}', (3, 3, 3)),
     ('{"answer": 5, "relevance": 4, "coverage": 3, "reason": "ok"}', (5, 4, 3)),  # extra keys are fine
     ('{"answer": 4.0, "relevance": 4, "coverage": 3}', (4, 4, 3)),  # an integral float
     ('{"answer": 6, "relevance": 4, "coverage": 3}', None),  # out of range high

@@ -14,15 +14,17 @@ import numpy as np
 import pytest
 
 from data_prep.cache import CacheError
+from data_prep.errors import QuoteciteError
 from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.sample import SAMPLE_FACTS
 from data_prep.types import InputError
 from reward.config import RewardConfig
-from reward.judge import ServerOutageError, crop_pngs
+from reward.judge import crop_pngs
 from reward.pipeline import RewardScorer
 from reward.quote_reward import REWARD_NAME, REWARD_TYPE, compute_score
 from reward.resolve import resolve_quotes
 from reward.scoring import BREAKDOWN_KEYS
+from reward.servers import ServerOutageError
 from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
 
 EN = SAMPLE_FACTS.fact("en_sentence").text
@@ -294,7 +296,8 @@ def test_judge_that_stays_down_ends_the_call_with_one_outage_error_after_its_bud
     assert 1.5 <= time.monotonic() - t0 < 10
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"judge at {dead}/chat/completions is down: no answer for ")
-    assert "judge_outage_s=1.5" in msg and isinstance(e.value, InputError)  # the CLIs print it as one line
+    assert "judge_outage_s=1.5" in msg and isinstance(e.value, QuoteciteError)  # the CLIs print it as one line
+    assert not isinstance(e.value, InputError)  # an outage is not bad input
     marker = json.loads((tmp_path / "seg" / "server_outage.json").read_text())  # what the launch reads
     assert (marker["what"], marker["url"], marker["budget_s"]) == ("judge", f"{dead}/chat/completions", 1.5)
     assert marker["waited_s"] >= 1.5

@@ -1,4 +1,4 @@
-"""Judge replicas (reward/replicas.py): requests spread over several real OpenAI-API servers on 127.0.0.1, a
+"""Judge replicas (reward/servers.py): requests spread over several real OpenAI-API servers on 127.0.0.1, a
 replica killed mid-run is skipped (and used again once it answers), the unscorable policy only when none answers."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pytest
 
 from data_prep.types import InputError
 from reward.config import RewardConfig
-from reward.judge import HttpJudge, JudgeRequest, JudgeScores, ServerOutageError
-from reward.replicas import UrlListAction, parse_urls
+from reward.judge import HttpJudge, JudgeRequest, JudgeScores
+from reward.servers import ServerOutageError
+from reward.servers import UrlListAction, parse_urls
 from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
 
 REPO = Path(__file__).resolve().parents[2]

@@ -47,8 +47,8 @@ from pathlib import Path
 
 import yaml
 
-from reward.judge import ServerOutageError
 from reward.pipeline import _report_outage
+from reward.servers import ServerOutageError
 
 TRACKER = "checkpoint_tracker.json"
 
@@ -205,7 +205,8 @@ class Trainer:
 
     # --------------------------------------------------------------- the loop
     def call_servers(self) -> dict:
-        from reward.judge import HttpJudge, JudgeRequest, health_url, wait_for_health
+        from reward.judge import HttpJudge, JudgeRequest
+        from reward.servers import health_url, wait_for_health
 
         counters = {"judge_calls": 0, "embed_calls": 0}
         budget = float(get(self.cfg, "worker.reward.reward_function_kwargs.judge_outage_s", 600))

@@ -1,10 +1,10 @@
 """Stand-in for ``vllm serve MODEL --host H --port P ...``: the project's scripted OpenAI server on that port.
 
 It takes vLLM's command line as the launch script builds it and checks the flags the launch uses the way vLLM
-0.18.1 (the version slurm/env.sh pins) does, read from its ``vllm/engine/arg_utils.py`` and ``vllm/config/``:
+0.32.0 (the version slurm/env.sh pins) does (the `vllm` tier, tests/vllm/, runs the real one on the same command lines; this stand-in stays for the faults a real vLLM cannot be made to produce: a /health that never answers, a wedged server), read from its ``vllm/engine/arg_utils.py`` and ``vllm/config/``:
 ``--gpu-memory-utilization`` a float in (0, 1] (``CacheConfig``), ``--max-model-len`` an int, ``--runner`` one of
 auto/generate/pooling/draft, ``--convert`` one of auto/none/embed/classify, ``--limit-mm-per-prompt`` a JSON object
-of counts or option dicts (``MultiModalConfig.limit_per_prompt``). Any other flag is an error (exit 2), as in
+of counts or option dicts (``MultiModalConfig.limit_per_prompt``), ``--structured-outputs-config`` a JSON object. Any other flag is an error (exit 2), as in
 vLLM, so a misspelt flag in the launch fails the tests instead of the first GPU job. It prints one JSON line
 describing how it was started (argv, parsed settings, CUDA_VISIBLE_DEVICES) so tests can check the GPU split of a
 real job, then serves ``/health``, ``/v1/models``, chat completions and embeddings until SIGTERM.
@@ -46,6 +46,16 @@ def _limit_mm(v: str) -> dict:
     return d
 
 
+def _json_object(v: str) -> dict:
+    try:
+        d = json.loads(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not JSON: {v!r}") from None
+    if not isinstance(d, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {v}")
+    return d
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "serve":
@@ -60,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-memory-utilization", type=_fraction, default=0.9)
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--limit-mm-per-prompt", type=_limit_mm, default=None)
+    ap.add_argument("--structured-outputs-config", type=_json_object, default=None)
     ap.add_argument("--embed-dim", type=int, default=8)
     ap.add_argument("--never-healthy", action="store_true", help="/health answers 503 forever")
     ap.add_argument("--health-delay", type=float, default=0.0, help="seconds before /health answers 200")

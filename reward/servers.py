@@ -1,4 +1,10 @@
-"""Judge replicas: one judge behind several OpenAI-compatible servers.
+"""The servers under the judge and the embedder: health, the one backoff wait, the outage error, replicas.
+
+* :func:`health_url` / :func:`probe_health` / :func:`wait_for_health`: vLLM's ``/health`` of an API base URL, one
+  probe, and the one wait with exponential backoff (:data:`HEALTH_BACKOFF_S`) that the judge, the quote embedder
+  and the launch's server start-up share.
+* :class:`ServerOutageError`: a server stayed down past its outage budget.
+* Judge replicas: one judge behind several OpenAI-compatible servers.
 
 ``judge_url`` (and ``--judge-url`` on the command lines) takes one base URL or several (a comma-separated string,
 a list in ``reward_function_kwargs``, or the flag repeated). With several, :class:`ReplicaSet` spreads the
@@ -24,9 +30,78 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from data_prep.errors import QuoteciteError
 from data_prep.types import InputError
 
 log = logging.getLogger("reward")
+
+HEALTH_BACKOFF_S: tuple[float, float] = (1.0, 30.0)
+"""First and largest pause between two ``/health`` probes during an outage, seconds."""
+
+
+class ServerOutageError(QuoteciteError):
+    """A judge or embedding server stayed down past the outage budget (``judge_outage_s``). One line naming the
+    server, its URL and the time waited; the training launch restarts the servers and resumes when the trainer
+    stops with it (``launch/grpo_8b.sh``). Not bad input: a :class:`~data_prep.errors.QuoteciteError`, so the
+    command lines print it as one line and the reward never counts it as a misconfigured input."""
+
+    def __init__(self, what: str, url: str, waited_s: float, budget_s: float, detail: str = "") -> None:
+        self.what, self.url, self.waited_s, self.budget_s = what, url, float(waited_s), float(budget_s)
+        msg = (
+            f"{what} at {url} is down: no answer for {waited_s:.0f} s (outage budget judge_outage_s={budget_s:g})"
+            + (f"; last: {' '.join(detail.split())[:200]}" if detail else "")
+        )
+        super().__init__(msg)
+
+    def to_dict(self) -> dict:
+        return {"what": self.what, "url": self.url, "waited_s": round(self.waited_s, 1), "budget_s": self.budget_s,
+                "message": str(self)}  # fmt: skip
+
+
+def health_url(base_url: str) -> str:
+    """vLLM's liveness URL for an API base URL: ``http://h:8000/v1`` -> ``http://h:8000/health``.
+
+    >>> health_url("http://127.0.0.1:8000/v1/")
+    'http://127.0.0.1:8000/health'
+    """
+    base = base_url.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    return base + "/health"
+
+
+def probe_health(url: str, timeout_s: float = 5.0) -> str:
+    """``""`` when ``url`` answers HTTP 200 within ``timeout_s``, else why not (one line)."""
+    import httpx
+
+    try:
+        r = httpx.get(url, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return "" if r.status_code == 200 else f"HTTP {r.status_code}"
+
+
+def wait_for_health(
+    url: str, deadline: float, started: float, what: str, budget_s: float, server_url: str | None = None
+) -> float:
+    """Probe ``url`` with exponential backoff until it answers 200; returns the seconds slept. Raises
+    :class:`ServerOutageError` naming ``server_url`` (default ``url``; time counted from ``started``,
+    ``time.monotonic()``) once ``deadline`` passes."""
+    pause, cap = HEALTH_BACKOFF_S
+    slept = 0.0
+    while True:
+        why = probe_health(url)
+        if not why:
+            return slept
+        now = time.monotonic()
+        if now >= deadline:
+            raise ServerOutageError(what, server_url or url, now - started, budget_s, f"{url}: {why}")
+        log.warning("%s at %s is down (%s); waiting (%.0f s of %g s)", what, url, why, now - started, budget_s)
+        step = min(pause, max(deadline - now, 0.05))
+        time.sleep(step)
+        slept += step
+        pause = min(cap, pause * 2)
+
 
 DOWN_KINDS: frozenset[str] = frozenset({"timeout", "connection", "http_5xx"})
 """Failure kinds that mark a replica down (it does not answer, or answers only errors)."""
@@ -106,8 +181,6 @@ class ReplicaSet:
         probe_timeout_s: float = PROBE_TIMEOUT_S,
         what: str = "judge",
     ) -> None:
-        from reward.judge import health_url
-
         if not base_urls:
             raise InputError(f"{what}: no server URL")
         self.what = what
@@ -272,9 +345,7 @@ class ReplicaSet:
     def wait_for_health(self, probe: Callable[[str], str], deadline: float, started: float, budget_s: float,
                         backoff_s: tuple[float, float]) -> float:  # fmt: skip
         """Probe every replica's ``/health`` with exponential backoff until one answers; the seconds slept.
-        Raises :class:`reward.judge.ServerOutageError` naming every replica once ``deadline`` passes."""
-        from reward.judge import ServerOutageError
-
+        Raises :class:`ServerOutageError` naming every replica once ``deadline`` passes."""
         pause, cap = backoff_s
         slept = 0.0
         while True:

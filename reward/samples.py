@@ -1,0 +1,235 @@
+"""Sampled rollouts per training step: what the reward saw (issue 23).
+
+Every ``samples_every`` reward calls of training (groups of more than one response) the :class:`SampleWriter`
+keeps ``samples_groups`` groups (seeded choice by step; at least one group the keep band drops when there is one)
+and writes them to ``$QUOTECITE_METRICS_DIR/samples/step_<NNNNNN>.json`` atomically. Crops are stored once by
+sha256 under ``samples/crops/<sha>.png``. A step's file is keyed by its step number and replaced whole, so a
+requeued segment that scores the same step again neither loses nor duplicates it. The folder's size is bounded by
+``samples_max_mb``: the oldest steps are removed first (and crops no longer referenced), and each removal is
+appended to ``samples/thinned.jsonl``.
+
+Advantages follow EasyR1 b44b311's GRPO rule (``compute_grpo_outcome_advantage``):
+``(r - mean) / (std + 1e-6)`` over the group, ``std`` the unbiased (n - 1) standard deviation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+from data_prep.io import atomic_write_bytes, atomic_write_json
+from data_prep.types import InputError
+
+GRPO_EPS = 1e-6
+SAMPLES_DIR = "samples"
+
+
+def grpo_advantages(rewards: list[float], eps: float = GRPO_EPS) -> list[float]:
+    """EasyR1's GRPO group-normalised advantage of each reward of one group.
+
+    >>> [round(a, 4) for a in grpo_advantages([1.0, 0.0])]
+    [0.7071, -0.7071]
+    """
+    n = len(rewards)
+    if n < 2:
+        raise InputError(f"grpo_advantages: a group needs at least 2 rewards, got {n}")
+    mean = sum(rewards) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
+    return [(r - mean) / (std + eps) for r in rewards]
+
+
+def step_name(step: int) -> str:
+    return f"batch_{step:06d}.json"
+
+
+class SampleWriter:
+    """Writes sampled groups of scored training batches under ``folder/samples``."""
+
+    def __init__(self, folder: str | Path, every: int = 1, groups: int = 2, max_mb: float = 200.0,
+                 seed: int = 0, keep_band: list | None = None) -> None:  # fmt: skip
+        for name, value, ok in (
+            ("samples_every", every, isinstance(every, int) and every >= 1),
+            ("samples_groups", groups, isinstance(groups, int) and groups >= 1),
+            ("samples_max_mb", max_mb, isinstance(max_mb, int | float) and max_mb > 0),
+        ):
+            if not ok:
+                raise InputError(f"reward setting {name}: expected a positive number, got {value!r}")
+        self.root = Path(folder) / SAMPLES_DIR
+        self.every, self.groups, self.max_bytes, self.seed = every, groups, int(max_mb * 2**20), seed
+        self.band = keep_band
+
+    def due(self, step: int) -> bool:
+        return step >= 1 and (step - 1) % self.every == 0
+
+    def _trained(self, keep: float) -> bool:
+        if self.band is None:
+            return True  # online filtering off: every group of the call trains
+        return self.band[0] < keep < self.band[1]
+
+    def choose(self, step: int, groups: dict[str, list[dict]]) -> list[str]:
+        """Seeded choice of group ids: at least one dropped group when there is one."""
+        qids = sorted(groups)
+        rng = random.Random(f"{self.seed}:{step}")
+        dropped = [q for q in qids if not self._trained(groups[q][0]["keep"])]
+        chosen: list[str] = [rng.choice(dropped)] if dropped else []
+        rest = [q for q in qids if q not in chosen]
+        rng.shuffle(rest)
+        return chosen + rest[: max(0, self.groups - len(chosen))]
+
+    def _store_crop(self, png: bytes) -> str:
+        sha = hashlib.sha256(png).hexdigest()
+        path = self.root / "crops" / f"{sha}.png"
+        if not path.exists():
+            atomic_write_bytes(path, png)
+        return f"crops/{sha}.png"
+
+    def write(self, step: int, responses: list[dict], trained_qids=None) -> Path | None:
+        """Write the samples of ``step`` from ``responses`` (one dict per response of the call, with keys qid,
+        question, gold, answer, quotes, citations [{page, bbox, similarity, text}], crops [png bytes], scores
+        {answer, relevance, coverage, crop_relevance} or None, reply, reward {overall, ...}, keep, unscorable).
+        Returns the step file, or None when the step is not due or has no group of 2+ responses."""
+        if not isinstance(step, int) or step < 1:
+            raise InputError(f"samples: step must be an int >= 1, got {step!r}")
+        if not self.due(step):
+            return None
+        groups: dict[str, list[dict]] = {}
+        for i, r in enumerate(responses):
+            if not isinstance(r, dict) or "qid" not in r or "reward" not in r:
+                raise InputError(f"samples: response {i} needs 'qid' and 'reward'")
+            groups.setdefault(r["qid"], []).append(r)
+        groups = {q: m for q, m in groups.items() if len(m) > 1}
+        if not groups:
+            return None
+        out_groups = []
+        for qid in self.choose(step, groups):
+            members = groups[qid]
+            adv = grpo_advantages([float(m["reward"]["overall"]) for m in members])
+            rows = []
+            for m, a in zip(members, adv, strict=True):
+                crops = [self._store_crop(p) for p in m.get("crops", ())]
+                row = {k: v for k, v in m.items() if k not in ("crops", "question", "gold")}
+                rows.append({**row, "crops": crops, "advantage": a})
+            rows.sort(key=lambda r: -r["advantage"])
+            keep = members[0]["keep"]
+            out_groups.append({"qid": qid, "question": members[0].get("question", ""),
+                               "gold": members[0].get("gold", ""), "keep": keep,
+                               "trained": self._trained(keep) if trained_qids is None else qid in trained_qids, "responses": rows})  # fmt: skip
+        path = self.root / step_name(step)
+        atomic_write_json(path, {"step": step, "time": round(time.time(), 3), "groups": out_groups})
+        self.thin()
+        return path
+
+    def thin(self) -> list[int]:
+        """Remove the oldest steps (never the newest) until the folder fits ``max_bytes``; returns removed steps."""
+        removed: list[int] = []
+        while True:
+            steps = sorted(self.root.glob("batch_*.json"))
+            files = [p for p in self.root.rglob("*") if p.is_file()]
+            if sum(p.stat().st_size for p in files) <= self.max_bytes or len(steps) <= 1:
+                break
+            oldest = steps[0]
+            oldest.unlink()
+            removed.append(int(oldest.stem.split("_")[1]))
+            used = set()
+            for s in steps[1:]:
+                for g in json.loads(s.read_text())["groups"]:
+                    for r in g["responses"]:
+                        used.update(r["crops"])
+            for p in (self.root / "crops").glob("*.png"):
+                if f"crops/{p.name}" not in used:
+                    p.unlink()
+        if removed:
+            with open(self.root / "thinned.jsonl", "a") as f:
+                f.write(json.dumps({"time": round(time.time(), 3), "removed_steps": removed}) + "\n")
+        return removed
+
+
+def response_rows(items, out) -> list[dict]:
+    """One sample dict per response of a reward call, from the pipeline's items and their breakdowns."""
+    rows = []
+    for it, (b, cits) in zip(items, out, strict=True):
+        blocks = it.cached.blocks if it.cached is not None else []
+        shown = {c.block_id: k for k, c in enumerate(it.shown)}
+        s = it.scores
+        rows.append({
+            "qid": it.gt.qid,
+            "question": it.gt.question,
+            "gold": it.gt.answer,
+            "format_ok": bool(it.parsed.ok),
+            "answer": it.parsed.answer,
+            "quotes": list(it.parsed.quotes),
+            "citations": [
+                {"page": c.page, "bbox": [float(x) for x in c.bbox], "similarity": float(c.similarity),
+                 "quote": c.quote, "text": blocks[c.block_id].text if c.block_id < len(blocks) else "",
+                 "crop": shown.get(c.block_id) if shown.get(c.block_id, 99) < len(it.crops) else None}
+                for c in cits
+            ],  # fmt: skip
+            "crops": list(it.crops),
+            "scores": None if s is None else {"answer": s.answer, "relevance": s.relevance, "coverage": s.coverage,
+                                              "crop_relevance": list(s.crop_relevance or []) or None},  # fmt: skip
+            "reply": getattr(s, "reply", None),
+            "failed": it.failed,
+            "reward": b.to_dict(),
+            "keep": b.keep,
+            "unscorable": bool(b.unscorable),
+        })  # fmt: skip
+    return rows
+
+
+class BatchSampler:
+    """The pipeline's hook: buffers the calls (filter attempts) of one training batch and writes its samples when
+    the batch completes (``record`` from :class:`reward.pipeline.TrainBatchTracker`), or every call without one."""
+
+    def __init__(self, writer: SampleWriter) -> None:
+        self.writer = writer
+        self.buffer: list[dict] = []
+        self.calls = 0
+
+    def add_call(self, items, out, record: dict | None, tracked: bool) -> Path | None:
+        rows = response_rows(items, out)
+        if len({r["qid"] for r in rows}) == len(rows):
+            return None  # validation (groups of one)
+        self.buffer.extend(rows)
+        if tracked and record is None:
+            return None  # another filter attempt follows
+        self.calls += 1
+        step = record["batch"] if record else self.calls
+        rows, self.buffer = self.buffer, []
+        try:
+            return self.writer.write(step, rows, set(record["qids"]) if record else None)
+        except OSError as e:  # samples must never kill a training step
+            import logging
+
+            logging.getLogger(__name__).warning("could not write samples of batch %d: %s", step, e)
+            return None
+
+
+def make_sampler(config) -> BatchSampler | None:
+    """The sampler of a reward config: None when ``samples_every`` is 0 or ``$QUOTECITE_METRICS_DIR`` is unset."""
+    import os
+
+    folder = os.environ.get("QUOTECITE_METRICS_DIR")
+    if not folder or not config.samples_every:
+        return None
+    return BatchSampler(SampleWriter(folder, config.samples_every, config.samples_groups, config.samples_max_mb,
+                                     keep_band=config.keep_band))  # fmt: skip
+
+
+def load_steps(folder: str | Path) -> list[dict]:
+    """Every step file under ``folder`` (a run/metrics folder or its ``samples`` folder), by step."""
+    root = Path(folder)
+    if (root / SAMPLES_DIR).is_dir():
+        root = root / SAMPLES_DIR
+    if not root.is_dir():
+        raise InputError(f"samples folder {folder}: not a folder")
+    out = []
+    for p in sorted(root.glob("batch_*.json")):
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, ValueError) as e:
+            raise InputError(f"samples file {p}: {e}") from None
+    return out
