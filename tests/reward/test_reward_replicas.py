@@ -17,8 +17,7 @@ import pytest
 from data_prep.types import InputError
 from reward.config import RewardConfig
 from reward.judge import HttpJudge, JudgeRequest, JudgeScores
-from reward.servers import ServerOutageError
-from reward.servers import UrlListAction, parse_urls
+from reward.servers import ServerOutageError, UrlListAction, parse_urls
 from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
 
 REPO = Path(__file__).resolve().parents[2]
