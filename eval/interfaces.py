@@ -1,15 +1,9 @@
-"""``eval report --runs``: the interfaces side by side (language, coordinate, LAT, attention) on our metrics and on
-the rivals' own: LAT's soft EM, IoU@0.5 and Stepwise Attribution (:mod:`eval.lat`) and MultAttrEval's macro
-P/R/F1 (:mod:`eval.multattreval`), read from each run's ``metrics.json``, ``analyses.json`` and
-``per_question.jsonl``."""
+"""The interface registry: how a model shows its evidence (language, coordinate, LAT, attention). Rendering the
+interfaces side by side is :func:`eval.tables.interfaces_table`."""
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from data_prep.registry import Registry
 
@@ -89,61 +83,3 @@ def _lat_answer(text: str) -> str:
     from reward.lat import parse_coe
 
     return parse_coe(text).answer
-
-
-HEADER = ["run", "interface", "n", "Rec.5", "Prec", "F1", "Ans", "SAA",
-          "LAT EM", "LAT IoU@0.5", "LAT SA", "MAE P", "MAE R", "MAE F1"]  # fmt: skip
-"""Ours (box recall at IoU 0.5, precision, F1, judge Ans and SAA), LAT's, MultAttrEval's (MAE)."""
-
-
-def run_interface(run_dir: Path | None) -> str:
-    """The interface of a scored run (the most common one of its per-question rows; ``-`` when unknown)."""
-    if run_dir is None or not (run_dir / "per_question.jsonl").is_file():
-        return "-"
-    counts: Counter = Counter()
-    with open(run_dir / "per_question.jsonl", encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                counts[json.loads(line).get("interface") or "-"] += 1
-    if not counts:
-        return "-"
-    name, _ = counts.most_common(1)[0]
-    return name if len(counts) == 1 else f"{name} (+{len(counts) - 1} more)"
-
-
-def interfaces_table(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, Path] | None = None) -> str:
-    """One row per run: its interface, our metrics and the rivals' metrics (``-`` where a run has none)."""
-    from eval.tables import _boxes, _md_table, _pct
-
-    rows = []
-    for label, m, a in loaded:
-        b = _boxes(m)
-        lat = a.get("lat") or {}
-        mae = a.get("multattreval") or {}
-        rows.append([
-            label, run_interface((run_dirs or {}).get(label)), str(b.get("n")),
-            _pct((b.get("recall") or {}).get("0.5")), _pct(b.get("precision")), _pct(b.get("f1")),
-            _pct(m.get("ans")), _pct(m.get("saa")),
-            _pct(lat.get("soft_em")), _pct(lat.get("iou50")), _pct(lat.get("stepwise_attribution")),
-            _pct(mae.get("precision")), _pct(mae.get("recall")), _pct(mae.get("f1")),
-        ])  # fmt: skip
-    return _md_table(HEADER, rows)
-
-
-def rivals_section(analyses: dict) -> str:
-    """The rivals' metrics of one run for its ``tables.md`` (``eval score``)."""
-    from eval.tables import _md_table, _pct
-
-    lat = analyses.get("lat") or {}
-    mae = analyses.get("multattreval") or {}
-    row = [_pct(lat.get("soft_em")), _pct(lat.get("iou50")), _pct(lat.get("stepwise_attribution")),
-           _pct(mae.get("precision")), _pct(mae.get("recall")), _pct(mae.get("f1"))]  # fmt: skip
-    note = ""
-    if lat.get("stepwise_attribution") is not None:
-        note = f"\\n\\nStepwise Attribution over {lat['n_lat']} LAT responses, step embedder {lat.get('sa_embedder')}."
-    return (
-        "## The rivals' own metrics (LAT: eval/lat.py; MultAttrEval: eval/multattreval.py)\\n\\n"
-        + _md_table(HEADER[8:], [row])
-        + note
-    )

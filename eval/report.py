@@ -18,7 +18,7 @@ from pathlib import Path
 
 from data_prep.types import InputError
 from eval.schemas import atomic_write_text
-from eval.tables import THRESHOLD_LABELS, _pct, _summary_rows
+from eval.tables import THRESHOLD_LABELS, pct, summary_rows
 
 REPORT_MAX_PIXELS = 450_000
 """Pixels of a page image in the HTML report."""
@@ -133,7 +133,7 @@ def write_report(
     esc = html.escape
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(label)} report</title>",
            f"<style>{_CSS}</style></head><body><h1>{esc(label)}: {metrics['n']} questions</h1>"]  # fmt: skip
-    out.append("<h2>Summary</h2>" + _html_table(["metric", "value"], _summary_rows(metrics)))
+    out.append("<h2>Summary</h2>" + _html_table(["metric", "value"], summary_rows(metrics)))
     out.append(
         "<p class='legend'><span style='color:#148c28'>&#9632; gold necessary (thick) / optional (thin)</span>"
         "<span class='hit'>&#9632; citation matching a necessary element at IoU 0.5</span>"
@@ -141,7 +141,7 @@ def write_report(
     )
     index_rows = [
         [f"<a href='#q{i}'>{esc(str(r['index']))}</a>", esc(r.get("language") or ""), esc(r.get("qtype") or ""),
-         _pct(r["recall"].get("0.5")), _pct(r["precision"]), str(r["n_citations"]),
+         pct(r["recall"].get("0.5")), pct(r["precision"]), str(r["n_citations"]),
          "-" if not r.get("judge") else f"{r['judge']['answer']}/{r['judge']['relevance']}"]
         for i, r in enumerate(shown)
     ]  # fmt: skip
@@ -172,8 +172,8 @@ def _question_html(i: int, r: dict, docs, files: Path, open_docs: dict) -> str:
              f"&middot; {esc(r.get('language') or '')} &middot; {esc(r.get('qtype') or '')}</span></h3>"]  # fmt: skip
     parts.append(f"<p><b>Q:</b> {esc(r['question'])}<br><b>Gold:</b> {esc(r['gold_answer'])}<br>"
                  f"<b>Model:</b> {esc(r['answer'] if r['answer'] is not None else '(no prediction)')}</p>")  # fmt: skip
-    rec = " ".join(f"{THRESHOLD_LABELS.get(k, k)}={_pct(v)}" for k, v in r["recall"].items())
-    line = f"recall {rec}; precision {_pct(r['precision'])}; F1 {_pct(r['f1'])}; {r['n_citations']} citation(s)"
+    rec = " ".join(f"{THRESHOLD_LABELS.get(k, k)}={pct(v)}" for k, v in r["recall"].items())
+    line = f"recall {rec}; precision {pct(r['precision'])}; F1 {pct(r['f1'])}; {r['n_citations']} citation(s)"
     if "judge" in r:
         j = r["judge"]
         line += "; judge: output did not parse" if j is None else (

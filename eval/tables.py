@@ -10,6 +10,7 @@ Table 12 quote fidelity, in percentages, then the metric definitions. Several ru
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,17 +18,17 @@ from eval.metrics import metric_docs
 from eval.schemas import iter_jsonl
 
 MAIN_COLUMNS = (
-    ("Rec.5", lambda m: _pct(_boxes(m)["recall"].get("0.5"))),
-    ("Prec", lambda m: _pct(_boxes(m).get("precision"))),
-    ("F1", lambda m: _pct(_boxes(m).get("f1"))),
-    ("Rel", lambda m: _pct(m.get("rel"))),
-    ("Ans", lambda m: _pct(m.get("ans"))),
-    ("SAA", lambda m: _pct(m.get("saa"))),
-    ("AH", lambda m: _pct(m.get("ah"))),
-    ("SAA-strict", lambda m: _pct(m.get("saa_strict"))),
-    ("fmt", lambda m: _pct(m.get("format_rate"))),
+    ("Rec.5", lambda m: pct(box_summary(m)["recall"].get("0.5"))),
+    ("Prec", lambda m: pct(box_summary(m).get("precision"))),
+    ("F1", lambda m: pct(box_summary(m).get("f1"))),
+    ("Rel", lambda m: pct(m.get("rel"))),
+    ("Ans", lambda m: pct(m.get("ans"))),
+    ("SAA", lambda m: pct(m.get("saa"))),
+    ("AH", lambda m: pct(m.get("ah"))),
+    ("SAA-strict", lambda m: pct(m.get("saa_strict"))),
+    ("fmt", lambda m: pct(m.get("format_rate"))),
     ("cit/resp", lambda m: _num(m.get("citations_per_response"))),
-    ("n", lambda m: str(_boxes(m).get("n"))),
+    ("n", lambda m: str(box_summary(m).get("n"))),
 )
 CONDITION_ORDER = ("raw", "snap", "q", "q+a", "lex", "bm25", "quotes")
 """Column order of the condition grid (paper Table 2: coordinate raw / +snap, retrieval controls, resolvers)."""
@@ -38,7 +39,7 @@ interface: the q+a control re-reads its answer, Appendix F)."""
 THRESHOLD_LABELS = {"page": "page", "0.1": "@0.1", "0.3": "@0.3", "0.5": "@0.5", "0.7": "@0.7"}
 
 
-def _pct(v) -> str:
+def pct(v) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
 
@@ -46,13 +47,13 @@ def _num(v, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 
-def _boxes(m: dict) -> dict:
+def box_summary(m: dict) -> dict:
     """The box metrics of Table 1: on the judged subset when the run was judged (paper Section 4), else all."""
     return m.get("judged_subset") or m
 
@@ -62,7 +63,7 @@ def main_table(runs: Sequence[tuple[str, dict]]) -> str:
     are over the questions with a parsed judge output (``judged_subset``), as in the paper's Table 1; the
     judge-free tables use all questions."""
     header = ["run", *(c for c, _ in MAIN_COLUMNS)]
-    return _md_table(header, [[label, *(f(m) for _, f in MAIN_COLUMNS)] for label, m in runs])
+    return md_table(header, [[label, *(f(m) for _, f in MAIN_COLUMNS)] for label, m in runs])
 
 
 def threshold_table(runs: Sequence[tuple[str, dict]]) -> str:
@@ -75,10 +76,10 @@ def threshold_table(runs: Sequence[tuple[str, dict]]) -> str:
         pc = m.get("parser_ceiling")
         if pc and json.dumps(pc, sort_keys=True) not in seen:
             seen.add(json.dumps(pc, sort_keys=True))
-            rows.append([f"parser ceiling ({label})", *(_pct(pc.get(k)) for k in keys), "-"])
+            rows.append([f"parser ceiling ({label})", *(pct(pc.get(k)) for k in keys), "-"])
     for label, m in runs:
-        rows.append([label, *(_pct(m["recall"].get(k)) for k in keys), _pct(m.get("format_rate"))])
-    return _md_table(header, rows)
+        rows.append([label, *(pct(m["recall"].get(k)) for k in keys), pct(m.get("format_rate"))])
+    return md_table(header, rows)
 
 
 def _group_table(groups: dict, title: str) -> str:
@@ -86,8 +87,8 @@ def _group_table(groups: dict, title: str) -> str:
     present = [c for c in cols if any(c in row for row in groups.values())]
     rows = []
     for g, row in groups.items():
-        rows.append([g, *(str(row[c]) if c == "n" else _pct(row.get(c)) for c in present)])
-    return f"### {title}\n\n" + _md_table([title.split(" ")[-1], *present], rows)
+        rows.append([g, *(str(row[c]) if c == "n" else pct(row.get(c)) for c in present)])
+    return f"### {title}\n\n" + md_table([title.split(" ")[-1], *present], rows)
 
 
 def tables_markdown(metrics: dict, extra: dict, label: str) -> str:
@@ -116,7 +117,7 @@ def tables_markdown(metrics: dict, extra: dict, label: str) -> str:
         et = extra["by_element_type"]
         parts += ["### Element-level recall at IoU 0.5 by evidence type (paper Table 7)", ""]
         parts += [
-            _md_table(["type", "elements", "recall"], [[t, v["n_elements"], _pct(v["recall"])] for t, v in et.items()])
+            md_table(["type", "elements", "recall"], [[t, v["n_elements"], pct(v["recall"])] for t, v in et.items()])
         ]
         parts += [""]
     if "residuals" in extra:
@@ -125,44 +126,42 @@ def tables_markdown(metrics: dict, extra: dict, label: str) -> str:
         rows = []
         for crit in ("iou", "containment"):
             r = res[crit]
-            rows.append([crit, r["n_elements"], *(_pct(r[k]) for k in ("recovered", "rank_limited", "not_retrieved",
+            rows.append([crit, r["n_elements"], *(pct(r[k]) for k in ("recovered", "rank_limited", "not_retrieved",
                                                                         "parser_unreachable"))])  # fmt: skip
         parts += [
-            _md_table(
+            md_table(
                 ["criterion", "elements", "recovered", "rank-limited", "not retrieved", "parser-unreachable"], rows
             )
         ]
         parts += [
             "",
             f"Not retrieved counted with the unreachable elements (the paper's reading): "
-            f"{_pct(res['iou']['not_retrieved_incl_unreachable'])}. Unreachable elements fully contained in a block: "
-            f"{_pct(res['unreachable_contained'])}.",
+            f"{pct(res['iou']['not_retrieved_incl_unreachable'])}. Unreachable elements fully contained in a block: "
+            f"{pct(res['unreachable_contained'])}.",
             "",
         ]
     if "selective_prediction" in extra:
         sp = extra["selective_prediction"]
         parts += ["## Selective prediction on citation similarity (paper Appendix I, Figure 8)", ""]
-        parts += [_md_table(["similarity bin", "range", "citations", "hit rate"],
-                            [[i + 1, f"{b['lo']:.3f}-{b['hi']:.3f}", b["n"], _pct(b["hit_rate"])]
+        parts += [md_table(["similarity bin", "range", "citations", "hit rate"],
+                            [[i + 1, f"{b['lo']:.3f}-{b['hi']:.3f}", b["n"], pct(b["hit_rate"])]
                              for i, b in enumerate(sp["bins"])])]  # fmt: skip
-        parts += ["", _md_table(["kept (most similar)", "citations", "min similarity", "precision vs necessary"],
-                                [[_pct(r["keep"]), r["n"], f"{r['min_similarity']:.3f}", _pct(r["precision"])]
+        parts += ["", md_table(["kept (most similar)", "citations", "min similarity", "precision vs necessary"],
+                                [[pct(r["keep"]), r["n"], f"{r['min_similarity']:.3f}", pct(r["precision"])]
                                  for r in sp["retention"]])]  # fmt: skip
         parts += [""]
     if "quote_fidelity" in extra:
         q = extra["quote_fidelity"]
         parts += ["## Quote fidelity (paper Table 12)", ""]
         parts += [
-            _md_table(
-                ["quotes", "exact", "fuzzy (token F1 >= 0.8)"], [[q["n_quotes"], _pct(q["exact"]), _pct(q["fuzzy"])]]
+            md_table(
+                ["quotes", "exact", "fuzzy (token F1 >= 0.8)"], [[q["n_quotes"], pct(q["exact"]), pct(q["fuzzy"])]]
             )
         ]
         parts += [""]
     if "lat" in extra or "multattreval" in extra:
-        from eval.interfaces import rivals_section
-
         parts += [rivals_section(extra), ""]
-    parts += ["## Metric definitions", "", _md_table(
+    parts += ["## Metric definitions", "", md_table(
         ["metric", "aggregation", "higher is better"],
         [[d["name"], d["aggregation"], "yes" if d["higher_is_better"] else "no"] for d in metric_docs()],
     ), "", "Full rules and the differences from CiteVQA's scorer: `eval/metrics.py` (module docstring).", ""]  # fmt: skip
@@ -182,9 +181,9 @@ def rich_tables(runs: Sequence[tuple[str, dict]]) -> list:
     rec.add_column("fmt", justify="right")
     pc = runs[0][1].get("parser_ceiling") if runs else None
     if pc:
-        rec.add_row("parser ceiling", *(_pct(pc.get(k)) for k in keys), "-")
+        rec.add_row("parser ceiling", *(pct(pc.get(k)) for k in keys), "-")
     for label, m in runs:
-        rec.add_row(label, *(_pct(m["recall"].get(k)) for k in keys), _pct(m.get("format_rate")))
+        rec.add_row(label, *(pct(m["recall"].get(k)) for k in keys), pct(m.get("format_rate")))
     cols = [c for c in MAIN_COLUMNS if c[0] not in ("Rec.5", "fmt", "SAA-strict")]
     main = Table(title="Precision, judge metrics (%; AH lower is better)")
     main.add_column("run")
@@ -200,14 +199,14 @@ def metrics_summary(metrics: dict, label: str) -> str:
     return f"{label}\n\n{main_table([(label, metrics)])}\n\n{threshold_table([(label, metrics)])}"
 
 
-def _summary_rows(m: dict) -> list[list[str]]:
-    rows = [[f"recall {THRESHOLD_LABELS.get(k, k)}", _pct(v)] for k, v in m["recall"].items()]
+def summary_rows(m: dict) -> list[list[str]]:
+    rows = [[f"recall {THRESHOLD_LABELS.get(k, k)}", pct(v)] for k, v in m["recall"].items()]
     for k in ("precision", "f1", "format_rate", "ans", "rel", "saa", "ah", "saa_strict"):
         if k in m:
-            rows.append([k, _pct(m[k])])
+            rows.append([k, pct(m[k])])
     rows.append(["citations per response", _num(m.get("citations_per_response"))])
     if "parser_ceiling" in m:
-        rows.append(["parser ceiling @0.5", _pct(m["parser_ceiling"].get("0.5"))])
+        rows.append(["parser ceiling @0.5", pct(m["parser_ceiling"].get("0.5"))])
     return rows
 
 
@@ -230,14 +229,14 @@ def condition_grid(runs: Sequence[tuple[str, dict]], key: str = "0.5") -> str | 
         if bc is None:
             continue
         b, c = bc
-        cells.setdefault(b, {})[c] = _pct(m["recall"].get(key))
+        cells.setdefault(b, {})[c] = pct(m["recall"].get(key))
         if c not in conds:
             conds.append(c)
     if not cells:
         return None
     conds.sort(key=lambda c: (CONDITION_ORDER.index(c) if c in CONDITION_ORDER else len(CONDITION_ORDER), c))
     rows = [[b, *(row.get(c, "-") for c in conds)] for b, row in cells.items()]
-    return _md_table(["backbone", *conds], rows)
+    return md_table(["backbone", *conds], rows)
 
 
 def _recalls(path: Path, key: str) -> dict[str, float] | None:
@@ -273,12 +272,12 @@ def oracle_union_table(run_dirs: dict[str, Path], key: str = "0.5") -> str | Non
         union_qqa = "-"
         rqo = _recalls(conds["q"], key) if "q" in conds else None
         if rqo is not None and set(keys) <= set(rqo):
-            union_qqa = _pct(mean([max(rqo[k], ra[k]) for k in keys]))
-        rows.append([b, _pct(mean([rq[k] for k in keys])), _pct(mean([ra[k] for k in keys])),
-                     _pct(mean([max(rq[k], ra[k]) for k in keys])), union_qqa, str(len(keys))])  # fmt: skip
+            union_qqa = pct(mean([max(rqo[k], ra[k]) for k in keys]))
+        rows.append([b, pct(mean([rq[k] for k in keys])), pct(mean([ra[k] for k in keys])),
+                     pct(mean([max(rq[k], ra[k]) for k in keys])), union_qqa, str(len(keys))])  # fmt: skip
     if not rows:
         return None
-    return _md_table(["backbone", "quotes", "q+a", "quotes|q+a", "q|q+a", "n"], rows)
+    return md_table(["backbone", "quotes", "q+a", "quotes|q+a", "q|q+a", "n"], rows)
 
 
 def _rows(path: Path) -> dict[str, dict] | None:
@@ -310,10 +309,10 @@ def correctness_split_table(run_dirs: dict[str, Path], key: str = "0.5") -> str 
                 continue
             split = recall_by_reference_correctness(rows, ref, key)
             cor, inc = split["correct"], split["incorrect"]
-            out.append([b, c, str(cor["n"]), _pct(cor["recall"]), str(inc["n"]), _pct(inc["recall"])])
+            out.append([b, c, str(cor["n"]), pct(cor["recall"]), str(inc["n"]), pct(inc["recall"])])
     if not out:
         return None
-    return _md_table(["backbone", "condition", "n correct", "Rec.5 correct", "n wrong", "Rec.5 wrong"], out)
+    return md_table(["backbone", "condition", "n correct", "Rec.5 correct", "n wrong", "Rec.5 wrong"], out)
 
 
 def runs_markdown(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, Path] | None = None) -> str:
@@ -324,8 +323,6 @@ def runs_markdown(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, 
     parts += ["## Main metrics (paper Table 1; box metrics on the judged subset of judged runs)", "",
               main_table(runs), ""]  # fmt: skip
     parts += ["## Recall by overlap threshold (paper Tables 4, 9, 10; Figure 3)", "", threshold_table(runs), ""]
-    from eval.interfaces import interfaces_table
-
     parts += ["## Interfaces side by side: our metrics, LAT's (EM, IoU@0.5, SA) and MultAttrEval's (MAE P/R/F1)", "",
               interfaces_table(loaded, run_dirs), ""]  # fmt: skip
     grid = condition_grid(runs)
@@ -341,56 +338,110 @@ def runs_markdown(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, 
                   "", split, ""]  # fmt: skip
     own = [[label, *(v for g in ("correct", "incorrect") for v in
                      (str(a["by_answer_correctness"].get(g, {}).get("n", 0)),
-                      _pct(a["by_answer_correctness"].get(g, {}).get("recall@0.5"))))]
+                      pct(a["by_answer_correctness"].get(g, {}).get("recall@0.5"))))]
            for label, _, a in loaded if a.get("by_answer_correctness")]  # fmt: skip
     if own:
         parts += ["## Recall at IoU 0.5 by each run's own answer verdict (Ans >= 4 vs < 4)", "",
-                  _md_table(["run", "n correct", "Rec.5 correct", "n wrong", "Rec.5 wrong"], own), ""]  # fmt: skip
+                  md_table(["run", "n correct", "Rec.5 correct", "n wrong", "Rec.5 wrong"], own), ""]  # fmt: skip
     lang_rows = []
     for label, _, a in loaded:
         for g, row in (a.get("by_language") or {}).items():
-            lang_rows.append([label, g, str(row["n"]), _pct(row.get("recall@0.5")), _pct(row.get("saa")),
-                              _pct(row.get("ah"))])  # fmt: skip
+            lang_rows.append([label, g, str(row["n"]), pct(row.get("recall@0.5")), pct(row.get("saa")),
+                              pct(row.get("ah"))])  # fmt: skip
     if lang_rows:
         parts += ["## Per language (paper Table 6; judged runs: over the judged subset)", "",
-                  _md_table(["run", "language", "n", "Rec.5", "SAA", "AH"], lang_rows), ""]  # fmt: skip
+                  md_table(["run", "language", "n", "Rec.5", "SAA", "AH"], lang_rows), ""]  # fmt: skip
     qt_rows = []
     for label, _, a in loaded:
         for g, row in (a.get("by_qtype") or {}).items():
-            qt_rows.append([label, g, str(row["n"]), _pct(row.get("recall@0.5")), _pct(row.get("saa")),
-                            _pct(row.get("ah"))])  # fmt: skip
+            qt_rows.append([label, g, str(row["n"]), pct(row.get("recall@0.5")), pct(row.get("saa")),
+                            pct(row.get("ah"))])  # fmt: skip
     if qt_rows:
-        parts += ["## Per question type", "", _md_table(["run", "type", "n", "Rec.5", "SAA", "AH"], qt_rows), ""]
+        parts += ["## Per question type", "", md_table(["run", "type", "n", "Rec.5", "SAA", "AH"], qt_rows), ""]
     types = sorted({t for _, _, a in loaded for t in (a.get("by_element_type") or {})})
     if types:
-        rows = [[label, *(_pct((a.get("by_element_type") or {}).get(t, {}).get("recall")) for t in types)]
+        rows = [[label, *(pct((a.get("by_element_type") or {}).get(t, {}).get("recall")) for t in types)]
                 for label, _, a in loaded if a.get("by_element_type")]  # fmt: skip
         parts += ["## Element-level recall at IoU 0.5 by evidence type (paper Table 7)", "",
-                  _md_table(["run", *types], rows), ""]  # fmt: skip
+                  md_table(["run", *types], rows), ""]  # fmt: skip
     res_rows = []
     for label, _, a in loaded:
         r = (a.get("residuals") or {}).get("iou")
         if r:
-            res_rows.append([label, str(r["n_elements"]), *(_pct(r[k]) for k in ("recovered", "rank_limited",
-                             "not_retrieved", "parser_unreachable")), _pct(r["not_retrieved_incl_unreachable"])])  # fmt: skip
+            res_rows.append([label, str(r["n_elements"]), *(pct(r[k]) for k in ("recovered", "rank_limited",
+                             "not_retrieved", "parser_unreachable")), pct(r["not_retrieved_incl_unreachable"])])  # fmt: skip
     if res_rows:
         parts += ["## Residual decomposition, IoU 0.5 (paper Appendix H, Figure 7)", "",
-                  _md_table(["run", "elements", "recovered", "rank-limited", "not retrieved", "parser-unreachable",
+                  md_table(["run", "elements", "recovered", "rank-limited", "not retrieved", "parser-unreachable",
                              "not retrieved incl. unreachable"], res_rows), ""]  # fmt: skip
     sel = [(label, a["selective_prediction"]) for label, _, a in loaded if a.get("selective_prediction")]
     if sel:
         nb = max(len(sp["bins"]) for _, sp in sel)
         parts += ["## Hit rate by similarity quintile, lowest first (paper Appendix I, Figure 8b)", "",
-                  _md_table(["run", *(f"Q{i + 1}" for i in range(nb))],
-                            [[label, *(_pct(b["hit_rate"]) for b in sp["bins"])] for label, sp in sel]), ""]  # fmt: skip
+                  md_table(["run", *(f"Q{i + 1}" for i in range(nb))],
+                            [[label, *(pct(b["hit_rate"]) for b in sp["bins"])] for label, sp in sel]), ""]  # fmt: skip
         keeps = [r["keep"] for r in sel[0][1]["retention"]]
         parts += ["## Precision against necessary evidence as low-similarity citations are dropped (Figure 8a)", "",
-                  _md_table(["run", *(f"keep {_pct(k)}" for k in keeps)],
-                            [[label, *(_pct(r["precision"]) for r in sp["retention"])] for label, sp in sel]), ""]  # fmt: skip
+                  md_table(["run", *(f"keep {pct(k)}" for k in keeps)],
+                            [[label, *(pct(r["precision"]) for r in sp["retention"])] for label, sp in sel]), ""]  # fmt: skip
     fid = [(label, a["quote_fidelity"]) for label, _, a in loaded if a.get("quote_fidelity")]
     if fid:
         parts += ["## Quote fidelity (paper Table 12)", "",
-                  _md_table(["run", "quotes", "exact", "fuzzy"],
-                            [[label, str(q["n_quotes"]), _pct(q["exact"]), _pct(q["fuzzy"])] for label, q in fid]),
+                  md_table(["run", "quotes", "exact", "fuzzy"],
+                            [[label, str(q["n_quotes"]), pct(q["exact"]), pct(q["fuzzy"])] for label, q in fid]),
                   ""]  # fmt: skip
     return "\n".join(parts)
+
+
+HEADER = ["run", "interface", "n", "Rec.5", "Prec", "F1", "Ans", "SAA",
+          "LAT EM", "LAT IoU@0.5", "LAT SA", "MAE P", "MAE R", "MAE F1"]  # fmt: skip
+"""Ours (box recall at IoU 0.5, precision, F1, judge Ans and SAA), LAT's, MultAttrEval's (MAE)."""
+
+
+def run_interface(run_dir: Path | None) -> str:
+    """The interface of a scored run (the most common one of its per-question rows; ``-`` when unknown)."""
+    if run_dir is None or not (run_dir / "per_question.jsonl").is_file():
+        return "-"
+    counts: Counter = Counter()
+    with open(run_dir / "per_question.jsonl", encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                counts[json.loads(line).get("interface") or "-"] += 1
+    if not counts:
+        return "-"
+    name, _ = counts.most_common(1)[0]
+    return name if len(counts) == 1 else f"{name} (+{len(counts) - 1} more)"
+
+
+def interfaces_table(loaded: Sequence[tuple[str, dict, dict]], run_dirs: dict[str, Path] | None = None) -> str:
+    """One row per run: its interface, our metrics and the rivals' metrics (``-`` where a run has none)."""
+    rows = []
+    for label, m, a in loaded:
+        b = box_summary(m)
+        lat = a.get("lat") or {}
+        mae = a.get("multattreval") or {}
+        rows.append([
+            label, run_interface((run_dirs or {}).get(label)), str(b.get("n")),
+            pct((b.get("recall") or {}).get("0.5")), pct(b.get("precision")), pct(b.get("f1")),
+            pct(m.get("ans")), pct(m.get("saa")),
+            pct(lat.get("soft_em")), pct(lat.get("iou50")), pct(lat.get("stepwise_attribution")),
+            pct(mae.get("precision")), pct(mae.get("recall")), pct(mae.get("f1")),
+        ])  # fmt: skip
+    return md_table(HEADER, rows)
+
+
+def rivals_section(analyses: dict) -> str:
+    """The rivals' metrics of one run for its ``tables.md`` (``eval score``)."""
+    lat = analyses.get("lat") or {}
+    mae = analyses.get("multattreval") or {}
+    row = [pct(lat.get("soft_em")), pct(lat.get("iou50")), pct(lat.get("stepwise_attribution")),
+           pct(mae.get("precision")), pct(mae.get("recall")), pct(mae.get("f1"))]  # fmt: skip
+    note = ""
+    if lat.get("stepwise_attribution") is not None:
+        note = f"\\n\\nStepwise Attribution over {lat['n_lat']} LAT responses, step embedder {lat.get('sa_embedder')}."
+    return (
+        "## The rivals' own metrics (LAT: eval/lat.py; MultAttrEval: eval/multattreval.py)\\n\\n"
+        + md_table(HEADER[8:], [row])
+        + note
+    )

@@ -66,9 +66,9 @@ PANELS: list[tuple[str, str, list[Series]]] = [
 
 
 def read_run_log(path: Path) -> list[dict]:
-    """The records of ``run_log.jsonl`` sorted by step. Raises :class:`launch.runlog.RunError` when the file is
+    """The records of ``run_log.jsonl`` sorted by step. Raises :class:`launch.run_files.RunError` when the file is
     missing, unreadable or holds no step record."""
-    from launch.runlog import RunError
+    from launch.run_files import RunError
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -148,6 +148,9 @@ def render_html(rows: list[dict], source: str) -> str:
         f"<h1>Training curves</h1><p>{html.escape(source)}: steps {rows[0]['step']}..{rows[-1]['step']} "
         f"({len(rows)} records, {len(segs)} job segment(s); dotted lines: a segment resumes)</p>",
     ]
+    # --- samples (issue 23): link the samples browser of the same run folder ---
+    parts.append("<p><a href='samples.html'>sampled rollouts: crops, judge scores, advantages</a> "
+                 "(<code>python -m launch.samples_page RUN_DIR</code>)</p>")  # fmt: skip
     for title, ylabel, spec in PANELS:
         lines = []
         for label, keys, style in spec:
