@@ -66,41 +66,28 @@ from typing import Any
 
 from data_prep.types import InputError
 from data_prep.validate import bounded_int
-from launch.checkpoints import (  # noqa: F401  (the module's API, as before the split)
-    ResumePoint,
-    check_step_dir,
+from launch.checkpoints import (
     find_resume_point,
     read_tracker,
     repair_checkpoints,
-    step_dirs,
 )
-from launch.merge import (  # noqa: F401  (the module's API, as before the split)
-    MergeSummary,
+from launch.merge import (
     _read_jsonl,
     merge_run_log,
 )
-from launch.run_files import (  # noqa: F401  (the module's API, as before the split)
-    CHECKPOINT_TRACKER,
-    INCOMPLETE_DIR,
-    LOGGED_FILES,
+from launch.run_files import (
     RESTART_KINDS,
-    REWARD_BATCHES,
-    REWARD_COUNTERS,
     SERVER_OUTAGE,
-    SHARD_RE,
-    STEP_DIR_RE,
     RunError,
     atomic_write_json,
-    deep_merge,
     now_iso,
     read_json,
     run_lock,
     sha256_file,
 )
-from launch.run_manifest import (  # noqa: F401  (the module's API, as before the split)
+from launch.run_manifest import (
     absolute_path_overrides,
     check_recipe,
-    count_parquet_rows,
     git_state,
     load_recipe,
     parse_overrides,
@@ -108,8 +95,7 @@ from launch.run_manifest import (  # noqa: F401  (the module's API, as before th
     recipe_value,
     update_manifest,
 )
-from launch.segments import (  # noqa: F401  (the module's API, as before the split)
-    Decision,
+from launch.segments import (
     Segment,
     decide_at_end,
     decide_at_start,
@@ -117,7 +103,6 @@ from launch.segments import (  # noqa: F401  (the module's API, as before the sp
     new_segment,
     save_segment,
     segments_dir,
-    stalled_count,
 )
 
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from launch import runlog
+from launch import checkpoints, run_files
 from tests.easyr1.conftest import easyr1_env, run_driver
 from tests.easyr1.test_easyr1_config import launch_trainer_command
 
@@ -49,15 +49,17 @@ def ckpt(tmp_path_factory):
 
 def test_runlog_uses_easyr1s_tracker_and_shard_names(ckpt):
     _, rep = ckpt
-    assert rep["CHECKPOINT_TRACKER"] == runlog.CHECKPOINT_TRACKER
+    assert rep["CHECKPOINT_TRACKER"] == run_files.CHECKPOINT_TRACKER
     templates = rep["shard_templates"]
     assert sorted(t.split("_world_size")[0] for t in templates) == ["extra_state", "model", "optim"]
     for t in templates:
         name = t.replace("{self.world_size}", "8").replace("{self.rank}", "3")
-        m = runlog.SHARD_RE.fullmatch(name)
+        m = run_files.SHARD_RE.fullmatch(name)
         assert m and m.groups()[1:] == ("8", "3"), name
     assert rep["lora_files"] == ["adapter_model.safetensors", "adapter_config.json"]
-    assert all(re.fullmatch(runlog.STEP_DIR_RE.pattern, f) for f in rep["folders"] if f != runlog.CHECKPOINT_TRACKER)
+    assert all(
+        re.fullmatch(run_files.STEP_DIR_RE.pattern, f) for f in rep["folders"] if f != run_files.CHECKPOINT_TRACKER
+    )
 
 
 def test_runlog_resumes_where_easyr1_would(ckpt):
@@ -65,7 +67,7 @@ def test_runlog_resumes_where_easyr1_would(ckpt):
     # save_limit 2: EasyR1 removed step 8 and kept the best (step 4, val 0.3) beside the last (12)
     assert rep["folders"] == ["checkpoint_tracker.json", "global_step_12", "global_step_4"]
     assert rep["tracker"]["last_global_step"] == 12 and rep["latest"].endswith("global_step_12")
-    assert runlog.check_step_dir(path / "global_step_12") == ""
-    point = runlog.find_resume_point(path)
+    assert checkpoints.check_step_dir(path / "global_step_12") == ""
+    point = checkpoints.find_resume_point(path)
     assert (point.step, point.notes) == (12, ())
     assert "global_step_12/actor/lora_adapter/adapter_model.safetensors" in rep["files"]

@@ -8,24 +8,34 @@ from pathlib import Path
 
 import pytest
 
-from launch.runlog import (
+from launch.checkpoints import (
+    check_step_dir,
+    find_resume_point,
+    repair_checkpoints,
+)
+from launch.merge import (
+    merge_run_log,
+)
+from launch.run_files import (
     CHECKPOINT_TRACKER,
     RunError,
-    Segment,
+)
+from launch.run_manifest import (
     check_recipe,
-    check_step_dir,
+    plan_max_steps,
+    update_manifest,
+)
+from launch.runlog import (
+    main,
+)
+from launch.segments import (
+    Segment,
     decide_at_end,
     decide_at_start,
-    find_resume_point,
     load_segments,
-    main,
-    merge_run_log,
     new_segment,
-    plan_max_steps,
-    repair_checkpoints,
     save_segment,
     stalled_count,
-    update_manifest,
 )
 
 
@@ -273,11 +283,10 @@ def test_check_recipe_rejects_settings_that_break_chaining(trainer, error):
 
 
 def test_the_projects_recipe_passes_the_chaining_checks():
-    from launch.runlog import load_recipe
+    from launch.run_manifest import load_recipe
 
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "qwen3vl_8b_grpo.yaml"
-    if not recipe.exists():
-        pytest.skip("recipes/qwen3vl_8b_grpo.yaml not written yet")
+    assert recipe.is_file(), f"{recipe}: the project's recipe is missing"
     assert check_recipe(load_recipe(recipe), {}) == []
 
 
