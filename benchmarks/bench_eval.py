@@ -20,9 +20,9 @@ from pathlib import Path
 from reportlab.pdfgen import canvas
 
 from benchmarks.report import print_table
-from data_prep.cache import build_cache
+from data_prep.cache import DocCache, build_cache
 from data_prep.types import Block
-from eval.cmd_resolve import DocCache, Resolver
+from eval.cmd_resolve import Resolver
 from eval.cmd_score import _join, score
 from eval.schemas import Element, Gold, Prediction, read_gold, read_predictions, write_jsonl
 

@@ -641,7 +641,7 @@ def run_cli(args) -> int:
 
     from tqdm import tqdm
 
-    from eval.cmd_resolve import DocCache
+    from data_prep.cache import DocCache
     from eval.infer import InferConfig, done_indices
     from eval.schemas import append_jsonl, read_gold, read_predictions
 

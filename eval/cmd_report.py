@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from data_prep.io import read_json
+from data_prep.io import atomic_write_text, read_json
 from data_prep.types import InputError
 from data_prep.validate import nonneg_int
 from eval.report import plot_recall_vs_iou, write_report
-from eval.schemas import atomic_write_text, iter_jsonl
+from eval.schemas import iter_jsonl
 from eval.tables import runs_markdown
 
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         rows = [d for _, d in iter_jsonl(args.score_dir / "per_question.jsonl")]
         docs = None
         if args.cache_dir:
-            from eval.cmd_resolve import DocCache
+            from data_prep.cache import DocCache
 
             docs = DocCache(args.cache_dir, parser=args.parser)
         p = write_report(args.score_dir / "report.html", rows, metrics, docs, args.score_dir.name, args.limit)

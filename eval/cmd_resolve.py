@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from data_prep.cache import CachedDoc, DocCache  # noqa: F401  (DocCache: re-exported for eval's callers)
+from data_prep.cache import CachedDoc, DocCache
 from data_prep.encoders import MemoEncoder
 from data_prep.io import finite_float, int_in_range, refuse_output_over_inputs
 from data_prep.types import InputError

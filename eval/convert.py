@@ -249,7 +249,7 @@ class Documents:
             raise InputError("give --cache-dir or --pdf-dir: page sizes in points come from the gold's documents")
         self.cache = None
         if cache_dir is not None:
-            from eval.cmd_resolve import DocCache
+            from data_prep.cache import DocCache
 
             self.cache = DocCache(cache_dir, parser=parser)
         self.pdf_dir = pdf_dir

@@ -118,7 +118,8 @@ def run_eval_demo(cached: CachedDoc, out_dir: str | Path) -> dict:
     Returns ``{"metrics", "metrics_coordinate", "recall_vs_iou", "report", "tables", "gold"}`` (paths as Path)."""
     from rich.console import Console
 
-    from eval.cmd_resolve import DocCache, Resolver, resolve_file
+    from data_prep.cache import DocCache
+    from eval.cmd_resolve import Resolver, resolve_file
     from eval.cmd_score import score, write_outputs
     from eval.report import plot_recall_vs_iou
     from eval.schemas import read_gold, read_predictions, write_jsonl

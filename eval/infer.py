@@ -395,7 +395,7 @@ def pdf_locator(pdf_dir: Path | None, cache_dir: Path | None, parser: str | None
     """``gold -> PDF``: the gold's ``pdf`` field, else ``pdf_dir/<doc_key>.pdf``, else the cache's PDF."""
     docs = None
     if cache_dir is not None:
-        from eval.cmd_resolve import DocCache
+        from data_prep.cache import DocCache
 
         docs = DocCache(cache_dir, parser=parser)
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_prep.types import InputError
-from recipes.reader import RecipeError, apply_overrides, dig, load_recipe, resolve_env  # noqa: F401
+from recipes.reader import RecipeError, dig, load_recipe
 from recipes.reader import Unset as _Unset
 
 PROBLEM_KINDS: dict[str, str] = {

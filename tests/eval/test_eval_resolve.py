@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from data_prep.cache import build_cache
+from data_prep.cache import DocCache, build_cache
 from data_prep.cli import main as cli_main
 from data_prep.types import Block, InputError
 from eval.__main__ import COMMANDS
-from eval.cmd_resolve import DocCache, Resolver, resolve_file
+from eval.cmd_resolve import Resolver, resolve_file
 from eval.schemas import Gold, Prediction, read_predictions, write_jsonl
 
 TEXTS = [

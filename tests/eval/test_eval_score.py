@@ -315,7 +315,7 @@ def _http_judge(url, retries=0):
 
 
 def _score_fn(g, cache, judge):
-    from eval.cmd_resolve import DocCache
+    from data_prep.cache import DocCache
     from eval.cmd_score import _join, score
     from eval.schemas import read_gold, read_predictions
 

@@ -10,13 +10,12 @@ from data_prep.sample import SAMPLE_FACTS
 
 
 def test_report_runs_shows_every_interface_with_ours_and_the_rivals_metrics(sample_pdf, tmp_path, capsys):
-    from data_prep.cache import build_cache
+    from data_prep.cache import DocCache, build_cache
     from data_prep.cli import main as cli_main
     from data_prep.encoders import get_encoder
     from data_prep.parsers import get_parser
     from eval.__main__ import COMMANDS
     from eval.attention import prediction
-    from eval.cmd_resolve import DocCache
     from eval.cmd_score import score, write_outputs
     from eval.lat import lat_citations
     from eval.schemas import Cited, Element, Gold, Prediction

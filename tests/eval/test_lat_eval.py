@@ -8,8 +8,9 @@ import math
 
 import pytest
 
+from data_prep.cache import DocCache
 from data_prep.sample import SAMPLE_FACTS
-from eval.cmd_resolve import DocCache, Resolver, resolve_file
+from eval.cmd_resolve import Resolver, resolve_file
 from eval.infer import PromptTemplate, run_inference
 from eval.lat import answer_iou50, lat_citations, lat_metrics
 from eval.schemas import Element, Gold, Prediction, read_predictions, write_jsonl

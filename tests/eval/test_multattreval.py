@@ -56,10 +56,9 @@ def test_best_counterpart_among_several_spans():
 
 
 def test_in_eval_score_on_the_sample_pdf(sample_pdf, tmp_path):
-    from data_prep.cache import build_cache
+    from data_prep.cache import DocCache, build_cache
     from data_prep.encoders import get_encoder
     from data_prep.parsers import get_parser
-    from eval.cmd_resolve import DocCache
     from eval.cmd_score import score
     from eval.schemas import Cited, Element, Gold, Prediction
 

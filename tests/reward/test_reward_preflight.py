@@ -15,8 +15,9 @@ import pytest
 
 from data_prep.cli import main as cli_main
 from data_prep.groundtruth import pack_ground_truth, unpack_ground_truth
+from recipes.reader import apply_overrides, resolve_env
 from reward.config import RewardConfig
-from reward.preflight import FAILURE_PREFIX, apply_overrides, check_training_set, resolve_env
+from reward.preflight import FAILURE_PREFIX, check_training_set
 from tests.data_prep.test_longdocurl import PAGE, PIXELS, write_jsonl, write_pdf
 from tests.support.openai_server import Reply, ScriptedOpenAIServer
 
