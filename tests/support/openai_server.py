@@ -1,5 +1,9 @@
 """A real, scripted OpenAI-compatible HTTP server on 127.0.0.1 for tests and Slurm stand-ins.
 
+Kept only for what a real vLLM cannot be made to produce: timeouts, HTTP 500/429, trickled or oversized bytes,
+replies of a scripted shape, a ``/health`` that never answers. Every request the project sends is also answered by
+real vLLM (the CPU build) in the ``vllm`` tier, ``tests/vllm/``.
+
 It speaks the parts of the API that the project uses (chat completions for the judge, embeddings for the
 embedder, ``/health`` and ``/v1/models`` as vLLM serves them). Each test scripts its behaviour with a handler:
 
