@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.document import Document
+from data_prep.geometry import iou
 from data_prep.text import cjk_share, token_recall
 from data_prep.types import BBox, InputError
 
@@ -310,20 +311,11 @@ def byte_verified(doc: Document, stem: str, sources: dict[str, SourcePdf]) -> bo
 
 
 # ---------------------------------------------------------------------------------------------- element types
-def _iou(a, b) -> float:
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    if w <= 0 or h <= 0:
-        return 0.0
-    inter = w * h
-    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
-
-
 def _best_type(page: int, box, typed: list[tuple[int, tuple, str | None]], min_iou: float) -> str | None:
     best, best_iou = None, min_iou
     for p, b, t in typed:
         if p == page and t is not None:
-            v = _iou(box, b)
+            v = iou(box, b)
             if v >= best_iou and (best is None or v > best_iou):
                 best, best_iou = t, v
     return best

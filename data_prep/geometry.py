@@ -43,6 +43,22 @@ MIN_SIDE = 0.5
 """A box narrower or lower than this many points after clipping has no area and is dropped."""
 
 
+def iou(a: Sequence[float], b: Sequence[float]) -> float:
+    """Intersection over union of two ``[x0, y0, x1, y1]`` boxes with ``x0 <= x1``, ``y0 <= y1``; 0 when they do
+    not overlap or either has no area. The one IoU of the project (data_prep's element typing, the LAT reward, the
+    scorer; :func:`eval.boxes.iou` sorts each axis first).
+
+    >>> iou((0, 0, 10, 10), (5, 0, 15, 10))
+    0.3333333333333333
+    """
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    if w <= 0 or h <= 0:
+        return 0.0
+    inter = w * h
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
 def overshoot_tolerance(side: float) -> float:
     """Points a box may run off a page side of ``side`` points and still be clipped:
     ``max(BBOX_TOLERANCE, RELATIVE_TOLERANCE * side)``."""

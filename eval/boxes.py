@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from data_prep.geometry import iou as geometry_iou
 from data_prep.types import BBox
 
 IOU_EPS = 1e-9
@@ -64,21 +65,7 @@ def iou(a: Sequence[float], b: Sequence[float]) -> float:
     """
     a, _ = normalize_box(a)
     b, _ = normalize_box(b)
-    area_a, area_b = area(a), area(b)
-    if area_a <= 0.0 or area_b <= 0.0:
-        return 0.0
-    inter = intersection(a, b)
-    return inter / (area_a + area_b - inter)
-
-
-def iou_normalized(a: Sequence[float], b: Sequence[float]) -> float:
-    """:func:`iou` for boxes already normalised (x0 <= x1, y0 <= y1): the scorer's inner loop."""
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    if w <= 0 or h <= 0:
-        return 0.0
-    inter = w * h
-    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+    return geometry_iou(a, b)
 
 
 def matches(iou_value: float, threshold: float) -> bool:

@@ -28,12 +28,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from data_prep.geometry import iou
 from reward.lat import (
     COORD_SCALE,
     CoEResponse,
     LatSettings,
     Region,
-    box_iou,
     grid_to_points,
     make_step_embedder,
     parse_coe,
@@ -116,7 +116,7 @@ def stepwise_attribution(sims: Sequence[float], regions: Sequence[Region | None]
         return 0.0
     placed = [r for r in regions if r is not None]
     overlap = any(
-        placed[i].page == placed[j].page and box_iou(placed[i].bbox, placed[j].bbox) >= settings.overlap_iou
+        placed[i].page == placed[j].page and iou(placed[i].bbox, placed[j].bbox) >= settings.overlap_iou
         for i in range(len(placed))
         for j in range(i + 1, len(placed))
     )
@@ -127,7 +127,7 @@ def answer_iou50(answer_boxes: Sequence[tuple[int, Sequence[float]]], gold_eleme
     """1 when one ``(page, bbox)`` answer box overlaps a gold element on its page with IoU above ``threshold``."""
     for page, box in answer_boxes:
         for e in gold_elements:
-            if e.page == page and box_iou(box, e.bbox) > threshold:
+            if e.page == page and iou(box, e.bbox) > threshold:
                 return 1.0
     return 0.0
 

@@ -91,8 +91,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from data_prep.geometry import iou
 from data_prep.registry import Registry
-from eval.boxes import iou_normalized, match_matrix, matches
+from eval.boxes import match_matrix, matches
 from eval.schemas import Cited, Element, Gold, Prediction
 
 PAGE_RECALL_MODES: tuple[str, ...] = ("pages", "elements")
@@ -177,7 +178,7 @@ def _iou_table(
     benchmarks/bench_eval.py)."""
     return [
         [
-            (0.0 if raw_reversed and c.malformed else iou_normalized(e.bbox, c.bbox)) if e.page == c.page else None
+            (0.0 if raw_reversed and c.malformed else iou(e.bbox, c.bbox)) if e.page == c.page else None
             for c in citations
         ]
         for e in elements

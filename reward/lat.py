@@ -88,6 +88,7 @@ from typing import Protocol
 import numpy as np
 
 from data_prep.cache import CachedDoc, DocCache
+from data_prep.geometry import iou
 from data_prep.groundtruth import GroundTruth, unpack_ground_truth
 from data_prep.io import loads_record
 from data_prep.text import normalize_for_compare
@@ -336,19 +337,6 @@ def parse_coe(text: str) -> CoEResponse:
 
 
 # ---------------------------------------------------------------------------------------------- boxes
-def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
-    """IoU of two ``[x0, y0, x1, y1]`` boxes with ``x0 < x1``, ``y0 < y1`` (0 when either has no area).
-
-    >>> box_iou((0, 0, 10, 10), (5, 0, 15, 10))
-    0.3333333333333333
-    """
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    inter = w * h if w > 0 and h > 0 else 0.0
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
-
-
 def grid_to_points(box: Sequence[float], page_size: tuple[float, float]) -> BBox:
     """A 0-1000 grid box -> display points of a ``page_size`` page.
 
@@ -425,7 +413,7 @@ def step_reward(
     for i in range(len(placed)):
         for j in range(i + 1, len(placed)):
             if placed[i].page == placed[j].page:
-                max_iou = max(max_iou, box_iou(placed[i].bbox, placed[j].bbox))
+                max_iou = max(max_iou, iou(placed[i].bbox, placed[j].bbox))
     reward = 0.0
     if len(sims) >= settings.min_steps and min_sim > settings.tau:
         reward = 0.5
@@ -452,7 +440,7 @@ def ground_reward(
         return 0.0
     for r in answer_regions:
         for page, box in evidence:
-            if r.page == page and box_iou(r.bbox, box) > settings.ground_iou:
+            if r.page == page and iou(r.bbox, box) > settings.ground_iou:
                 return 1.0
     return 0.0
 
