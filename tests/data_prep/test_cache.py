@@ -11,6 +11,7 @@ import errno
 import json
 import multiprocessing as mp
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -523,14 +524,20 @@ def test_read_only_cache_serves_its_valid_entry(pdf, pdftext, minilm, tmp_path, 
         build_cache(pdf, pdftext, None, tmp_path / "cache")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
 def test_read_only_cache_dir_by_permissions_serves_its_valid_entry(pdf, pdftext, tmp_path):
-    entry = build_cache(pdf, pdftext, None, tmp_path / "cache")
-    os.chmod(tmp_path / "cache", 0o555)
+    """Also as root (which ignores the mode bits): a file stands where the lock folder goes, so taking the build
+    lock fails for anyone, and the folder's mtime shows any file created or removed in it (the write probe too)."""
+    cache = tmp_path / "cache"
+    entry = build_cache(pdf, pdftext, None, cache)
+    shutil.rmtree(cache / ".locks", ignore_errors=True)
+    (cache / ".locks").write_text("not a folder")
+    before = os.stat(cache).st_mtime_ns
+    os.chmod(cache, 0o555)
     try:
-        assert build_cache(pdf, pdftext, None, tmp_path / "cache").key == entry.key
+        assert build_cache(pdf, pdftext, None, cache).key == entry.key
     finally:
-        os.chmod(tmp_path / "cache", 0o755)
+        os.chmod(cache, 0o755)
+    assert os.stat(cache).st_mtime_ns == before, "serving a valid entry wrote to the cache folder"
 
 
 def test_no_lock_file_is_left_after_a_build_or_a_failed_one(pdf, pdftext, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -61,7 +62,9 @@ def test_extreme_aspect_ratio_is_rejected_like_the_processor():
 
 
 def _image_processor(spec: VisionSpec):
-    mod = pytest.importorskip("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
+    pytest.importorskip("transformers")  # absent: nothing to compare with; present: the module must be there
+    # A transformers release that moves or renames this processor fails here instead of skipping.
+    mod = importlib.import_module("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
     # Qwen3-VL-8B-Instruct's preprocessor_config.json: patch 16, merge 2, temporal patch 2, these pixel bounds.
     return mod.Qwen2VLImageProcessorPil(
         patch_size=spec.patch_size,
