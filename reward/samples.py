@@ -148,10 +148,18 @@ class SampleWriter:
         return removed
 
 
-def response_rows(items, out) -> list[dict]:
-    """One sample dict per response of a reward call, from the pipeline's items and their breakdowns."""
+def response_rows(items, out, display_crops=None) -> list[dict]:
+    """One sample dict per response of a reward call, from the pipeline's items and their breakdowns.
+    ``crops`` are the exact PNGs the judge received; for a judge that reads no crops (``lexical``),
+    ``display_crops(item)`` renders them for the page instead and ``judge_saw_crops`` is False."""
     rows = []
     for it, (b, cits) in zip(items, out, strict=True):
+        crops, saw = tuple(it.crops), bool(it.crops)
+        if not crops and it.shown and it.cached is not None and display_crops is not None:
+            try:
+                crops = tuple(display_crops(it))
+            except Exception:  # a page the renderer cannot draw: the sample goes without crops
+                crops = ()
         blocks = it.cached.blocks if it.cached is not None else []
         shown = {c.block_id: k for k, c in enumerate(it.shown)}
         s = it.scores
@@ -165,10 +173,11 @@ def response_rows(items, out) -> list[dict]:
             "citations": [
                 {"page": c.page, "bbox": [float(x) for x in c.bbox], "similarity": float(c.similarity),
                  "quote": c.quote, "text": blocks[c.block_id].text if c.block_id < len(blocks) else "",
-                 "crop": shown.get(c.block_id) if shown.get(c.block_id, 99) < len(it.crops) else None}
+                 "crop": shown.get(c.block_id) if shown.get(c.block_id, 1 << 30) < len(crops) else None}
                 for c in cits
             ],  # fmt: skip
-            "crops": list(it.crops),
+            "crops": list(crops),
+            "judge_saw_crops": saw,
             "scores": None if s is None else {"answer": s.answer, "relevance": s.relevance, "coverage": s.coverage,
                                               "crop_relevance": list(s.crop_relevance or []) or None},  # fmt: skip
             "reply": getattr(s, "reply", None),
@@ -184,13 +193,14 @@ class BatchSampler:
     """The pipeline's hook: buffers the calls (filter attempts) of one training batch and writes its samples when
     the batch completes (``record`` from :class:`reward.pipeline.TrainBatchTracker`), or every call without one."""
 
-    def __init__(self, writer: SampleWriter) -> None:
+    def __init__(self, writer: SampleWriter, display_crops=None) -> None:
         self.writer = writer
+        self.display_crops = display_crops
         self.buffer: list[dict] = []
         self.calls = 0
 
     def add_call(self, items, out, record: dict | None, tracked: bool) -> Path | None:
-        rows = response_rows(items, out)
+        rows = response_rows(items, out, self.display_crops)
         if len({r["qid"] for r in rows}) == len(rows):
             return None  # validation (groups of one)
         self.buffer.extend(rows)
@@ -215,8 +225,11 @@ def make_sampler(config) -> BatchSampler | None:
     folder = os.environ.get("QUOTECITE_METRICS_DIR")
     if not folder or not config.samples_every:
         return None
-    return BatchSampler(SampleWriter(folder, config.samples_every, config.samples_groups, config.samples_max_mb,
-                                     keep_band=config.keep_band))  # fmt: skip
+    from reward.judge import crop_pngs
+
+    writer = SampleWriter(folder, config.samples_every, config.samples_groups, config.samples_max_mb,
+                          keep_band=config.keep_band)  # fmt: skip
+    return BatchSampler(writer, lambda it: crop_pngs(it.cached, it.shown, config.max_crops, config.crop_dpi))
 
 
 def load_steps(folder: str | Path) -> list[dict]:
@@ -233,3 +246,39 @@ def load_steps(folder: str | Path) -> list[dict]:
         except (OSError, ValueError) as e:
             raise InputError(f"samples file {p}: {e}") from None
     return out
+
+
+WANDB_COLUMNS = ["step", "qid", "trained", "keep", "advantage", "reward", "answer", "scores", "unscorable", "crops"]
+
+
+def wandb_rows(folder: str | Path, rec: dict, image=None) -> list[list]:
+    """The rows of one step's samples for a ``wandb.Table`` (``image``: ``wandb.Image``, applied to crop paths)."""
+    root = Path(folder)
+    if (root / SAMPLES_DIR).is_dir():
+        root = root / SAMPLES_DIR
+    rows = []
+    for g in rec["groups"]:
+        for r in g["responses"]:
+            crops = [str(root / c) for c in r["crops"]]
+            rows.append([rec["step"], g["qid"], g["trained"], g["keep"], r["advantage"], r["reward"]["overall"],
+                         r.get("answer", ""), json.dumps(r.get("scores")), r.get("unscorable", False),
+                         [image(c) for c in crops] if image else crops])  # fmt: skip
+    return rows
+
+
+def log_to_wandb(folder: str | Path, step: int) -> bool:
+    """Log the samples of batch ``step`` of ``folder`` as a ``wandb.Table`` with images, from the process that owns
+    the wandb run (EasyR1's trainer, not the reward workers). False when wandb is not installed, no run is active
+    or the step has no samples. Not tested here: wandb is not installed in ``.venv``."""
+    try:
+        import wandb
+    except ImportError:
+        return False
+    root = Path(folder)
+    path = (root / SAMPLES_DIR if (root / SAMPLES_DIR).is_dir() else root) / step_name(step)
+    if wandb.run is None or not path.is_file():
+        return False
+    rec = json.loads(path.read_text())
+    table = wandb.Table(columns=WANDB_COLUMNS, data=wandb_rows(folder, rec, wandb.Image))
+    wandb.log({"samples": table}, step=step)
+    return True

@@ -1,0 +1,130 @@
+"""Samples of scored training batches (reward/samples.py, issue 23)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from data_prep.groundtruth import GroundTruth, pack_ground_truth
+from data_prep.sample import SAMPLE_FACTS
+from data_prep.types import InputError
+from reward.config import RewardConfig
+from reward.pipeline import RewardScorer
+from reward.samples import WANDB_COLUMNS, SampleWriter, grpo_advantages, load_steps, log_to_wandb, wandb_rows
+
+EN = SAMPLE_FACTS.fact("en_sentence").text
+QA = SAMPLE_FACTS.qa[0]
+
+
+@pytest.fixture(scope="module")
+def cache(sample_pdf, tmp_path_factory):
+    from data_prep.cache import build_cache
+    from data_prep.encoders import get_encoder
+    from data_prep.parsers import get_parser
+
+    return build_cache(sample_pdf, get_parser("pdftext"), get_encoder("minilm"), tmp_path_factory.mktemp("c"))
+
+
+def group(cache, qid, answers):
+    gt = pack_ground_truth(GroundTruth(qid, cache.key, QA.question, QA.answer, None))
+    return [{"response": json.dumps({"answer": a, "quotes": [EN]}), "ground_truth": gt} for a in answers]
+
+
+def test_advantage_is_easyr1_grpo_rule():
+    rs = [1.0, 0.5, 0.0, 0.0]
+    mean, std = statistics.mean(rs), statistics.stdev(rs)  # unbiased, as torch.std
+    assert grpo_advantages(rs) == pytest.approx([(r - mean) / (std + 1e-6) for r in rs])
+    assert grpo_advantages([0.3, 0.3]) == [0.0, 0.0]
+    with pytest.raises(InputError, match="at least 2"):
+        grpo_advantages([1.0])
+
+
+def test_bad_settings_name_the_setting(tmp_path):
+    with pytest.raises(InputError, match="samples_groups"):
+        SampleWriter(tmp_path, groups=0)
+    with pytest.raises(InputError, match="samples_every"):
+        RewardConfig(cache_dir=str(tmp_path), judge="lexical", samples_every=-1)
+    with pytest.raises(InputError, match="step"):
+        SampleWriter(tmp_path).write(0, [])
+
+
+def fake(qid, overall, keep, crops=()):
+    return {"qid": qid, "question": "Q", "gold": "G", "answer": f"a{overall}", "quotes": [], "citations": [],
+            "crops": list(crops), "scores": None, "reward": {"overall": overall}, "keep": keep, "unscorable": False}  # fmt: skip
+
+
+def test_choice_keeps_a_dropped_group_crops_once_and_requeue_replaces(tmp_path):
+    w = SampleWriter(tmp_path, groups=2, keep_band=[0.01, 0.99])
+    png = b"\x89PNG fake crop"
+    rows = [fake(q, v, 0.5, [png]) for q in "abcde" for v in (1.0, 0.0)] + [fake("z", 0.0, -1.0), fake("z", 0.0, -1.0)]
+    path = w.write(3, rows)
+    rec = json.loads(path.read_text())
+    assert len(rec["groups"]) == 2 and "z" in [g["qid"] for g in rec["groups"]]
+    z = next(g for g in rec["groups"] if g["qid"] == "z")
+    assert z["trained"] is False and all(r["advantage"] == 0 for r in z["responses"])
+    kept = next(g for g in rec["groups"] if g["qid"] != "z")
+    assert [r["advantage"] for r in kept["responses"]] == pytest.approx(
+        sorted(grpo_advantages([1.0, 0.0]), reverse=True)
+    )
+    assert len(list((tmp_path / "samples" / "crops").glob("*.png"))) == 1  # stored once by content hash
+    w.write(3, rows)  # a requeued segment scoring the same step again
+    assert [r["step"] for r in load_steps(tmp_path)] == [3]
+    assert w.write(3, rows) and json.loads(path.read_text())["groups"][0]["qid"] == rec["groups"][0]["qid"]  # seeded
+
+
+def test_size_bound_thins_oldest_steps_and_reports(tmp_path):
+    w = SampleWriter(tmp_path, groups=1, max_mb=0.05)  # 52 KB
+    for step in range(1, 8):
+        w.write(step, [fake("q", 1.0, 0.5, [bytes([step]) * 20000]), fake("q", 0.0, 0.5)])
+    files = [p for p in (tmp_path / "samples").rglob("*") if p.is_file() and p.name != "thinned.jsonl"]
+    assert sum(p.stat().st_size for p in files) <= 0.05 * 2**20
+    steps = [r["step"] for r in load_steps(tmp_path)]
+    assert steps[-1] == 7 and steps == list(range(steps[0], 8)) and steps[0] > 1
+    removed = [s for line in (tmp_path / "samples" / "thinned.jsonl").read_text().splitlines()
+               for s in json.loads(line)["removed_steps"]]  # fmt: skip
+    assert removed == list(range(1, steps[0]))
+    assert len(list((tmp_path / "samples" / "crops").glob("*.png"))) == len(steps)  # unreferenced crops removed
+
+
+def test_pipeline_writes_samples_of_each_training_batch(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("QUOTECITE_METRICS_DIR", str(tmp_path / "seg"))
+    cfg = RewardConfig(cache_dir=str(cache.path.parent), judge="lexical", batch_groups=1, keep_band=[0.01, 0.99])
+    scorer = RewardScorer(cfg)
+    right, wrong = QA.answer, "Beijing"
+    scorer.score(group(cache, "v", [right]))  # validation: nothing
+    assert not (tmp_path / "seg" / "samples").exists()
+    out = scorer.score(group(cache, "a", [right, wrong, wrong]) + group(cache, "b", [wrong] * 3))
+    recs = load_steps(tmp_path / "seg")
+    assert [r["step"] for r in recs] == [1]
+    by = {g["qid"]: g for g in recs[0]["groups"]}
+    assert by["a"]["trained"] and not by["b"]["trained"]
+    rewards = [b.overall for b, _ in out[:3]]
+    assert sorted(r["advantage"] for r in by["a"]["responses"]) == pytest.approx(sorted(grpo_advantages(rewards)))
+    r0 = by["a"]["responses"][0]
+    assert r0["answer"] == right and r0["citations"][0]["text"] and r0["citations"][0]["page"] >= 1
+    assert r0["reward"]["overall"] == pytest.approx(max(rewards)) and "keep" in r0
+
+
+def test_wandb_rows_one_per_response_with_crop_paths(tmp_path):
+    w = SampleWriter(tmp_path, groups=1)
+    w.write(1, [fake("q", 1.0, 0.5, [b"png1"]), fake("q", 0.0, 0.5)])
+    rec = load_steps(tmp_path)[0]
+    rows = wandb_rows(tmp_path, rec)
+    assert len(rows) == 2 and len(rows[0]) == len(WANDB_COLUMNS)
+    assert rows[0][4] > 0 > rows[1][4] and Path(rows[0][-1][0]).read_bytes() == b"png1"
+
+
+def test_wandb_table_offline(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb", reason="wandb is not installed in .venv")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    w = SampleWriter(tmp_path, groups=1)
+    w.write(1, [fake("q", 1.0, 0.5), fake("q", 0.0, 0.5)])
+    run = wandb.init(project="t", dir=str(tmp_path))
+    try:
+        assert log_to_wandb(tmp_path, 1)
+    finally:
+        run.finish()
