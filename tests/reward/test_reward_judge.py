@@ -218,27 +218,29 @@ def test_mixed_batch_returns_one_result_per_request_and_counts_each_failure():
 
 
 def test_requests_run_concurrently():
+    """Each request waits until 20 are in flight at once: a judge that sends them one by one never gets there
+    (each wait then times out) and its peak stays 1; one that sends more than its limit shows a peak above 20."""
     in_flight = peak = 0
     lock = threading.Lock()
+    full = threading.Event()
 
     def handler(path, body, n):
         nonlocal in_flight, peak
         with lock:
             in_flight += 1
             peak = max(peak, in_flight)
-        time.sleep(0.2)
+            if in_flight >= 20:
+                full.set()
+        full.wait(timeout=5.0)
         with lock:
             in_flight -= 1
         return scores_reply(3, 3, 3)
 
     with ScriptedOpenAIServer(handler=handler) as srv:
-        j = judge(srv, concurrency=20)
-        t0 = time.perf_counter()
+        j = judge(srv, concurrency=20, timeout_s=30.0)
         got = j.score_batch([req(f"answer {i}") for i in range(40)])
-        elapsed = time.perf_counter() - t0
     assert got == [JudgeScores(3, 3, 3)] * 40
-    assert elapsed < 4.0  # serial would take 40 x 0.2 = 8 s
-    assert 10 <= peak <= 20  # really concurrent, and never above the limit
+    assert full.is_set() and peak == 20  # 20 really in flight together, and never above the limit
 
 
 def test_identical_requests_are_sent_once():
