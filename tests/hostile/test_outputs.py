@@ -150,8 +150,8 @@ def test_eval_score_on_a_full_disk_keeps_the_previous_folder(hostile_env, tmp_pa
 
 
 def test_a_full_disk_met_by_a_library_is_one_line_not_a_traceback(hostile_env, tmp_path, monkeypatch):
-    """An ENOSPC raised outside our atomic writers (here: matplotlib saving the plot) is reported by the
-    dispatcher as one line; a bug's OSError (ENOENT of a file we should have made) still is a traceback."""
+    """An ENOSPC raised outside our atomic writers (here: matplotlib saving the plot) and a missing file are
+    reported by the dispatcher as one line each; any other OSError (here EBADF, a bug) is a traceback."""
     import eval.report as report
 
     def savefig(*a, **k):
@@ -162,12 +162,18 @@ def test_a_full_disk_met_by_a_library_is_one_line_not_a_traceback(hostile_env, t
     one_error_line(run_cli([*args, "--no-report"]), "no space left")
     assert not (tmp_path / "s").exists()
 
+    def missing(*a, **k):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/nonexistent/input")
+
+    monkeypatch.setattr(report, "plot_recall_vs_iou", missing)
+    one_error_line(run_cli([*args, "--no-report"]), "no such file", "/nonexistent/input")
+
     def bug(*a, **k):
-        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/nonexistent/bug")
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
 
     monkeypatch.setattr(report, "plot_recall_vs_iou", bug)
     res = run_cli([*args, "--no-report"])
-    assert res.rc == 2 or res.exc is not None  # a missing file is reported (FileNotFoundError), never silent
+    assert isinstance(res.exc, OSError) and res.exc.errno == errno.EBADF, (res.rc, res.stderr)
 
 
 @pytest.mark.parametrize("kind", ["dir", "parent-file"])
