@@ -6,9 +6,7 @@ score must exit non-zero with one line; a judge that answers some requests must 
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import socket
 from pathlib import Path
 
@@ -17,16 +15,10 @@ import pytest
 from tests.hostile.harness import Case, check_case, clean_error, ids, success, value
 from tests.support.openai_server import Reply, chat_completion
 
+OUTAGE = ["--judge-outage-s", "0"]
+"""Give up on an unreachable judge at once (``reward score --judge-outage-s``)."""
 
-def _outage_flag() -> list[str]:
-    from reward import cmd_score
-
-    p = argparse.ArgumentParser()
-    cmd_score.add_arguments(p)
-    return ["--judge-outage-s", "0"] if "--judge-outage-s" in p._option_string_actions else []
-
-
-OUTAGE = _outage_flag()
+THREE_QUOTES = json.dumps({"answer": "Shenzhen", "quotes": ["the first quote", "a second one", "and a third"]})
 
 BASE = ["reward", "score", "--inputs", "{inputs}", "--cache-dir", "{cache}", "--out", "{tmp}/out.jsonl"]
 LEX = [*BASE, "--judge", "lexical", "--resolver", "lexical"]
@@ -237,8 +229,18 @@ CASES: list[Case] = [
             )
         ),
     ),
-    Case("max-quotes-1", [*LEX, "--max-quotes", "1"], success(), env_inputs),
-    Case("max-quotes-1000", [*LEX, "--max-quotes", "1000"], success(), env_inputs),
+    Case(
+        "max-quotes-1",
+        [*LEX, "--max-quotes", "1"],
+        value(lambda c, r: assert_eq(out_rows(c)[0]["n_quotes"], 1), "quotes beyond the bound are left out"),
+        modified_inputs(lambda rs, c: rs[0].update(response=THREE_QUOTES)),
+    ),
+    Case(
+        "max-quotes-1000",
+        [*LEX, "--max-quotes", "1000"],
+        value(lambda c, r: assert_eq(out_rows(c)[0]["n_quotes"], 3), "a bound above the count keeps every quote"),
+        modified_inputs(lambda rs, c: rs[0].update(response=THREE_QUOTES)),
+    ),
     Case("abstain-threshold-finite", [*LEX, "--abstain-threshold", "0.0"], success(), env_inputs),
     # ---------------------------------------------------------------- the inputs file
     Case(
@@ -560,7 +562,7 @@ def assert_partial(c) -> None:
 def test_reward_score(case, hostile_env, tmp_path, monkeypatch):
     monkeypatch.delenv("QUOTECITE_JUDGE_URL", raising=False)
     monkeypatch.delenv("QUOTECITE_METRICS_DIR", raising=False)
-    os.environ.pop("QUOTECITE_JUDGE_MODEL", None)
+    monkeypatch.delenv("QUOTECITE_JUDGE_MODEL", raising=False)
     check_case(case, tmp_path, hostile_env, "reward score")
 
 
