@@ -207,14 +207,14 @@ def test_eval_score_builds_a_url_free_judge_by_name_and_refuses_a_url_for_it(reg
 
 
 def test_one_judge_settings_object_serves_the_reward_and_eval_score():
-    from eval.cmd_score import add_arguments
+    from eval.cmd_score import add_arguments, make_judge
     from reward.config import RewardConfig
-    from reward.judge import JudgeSettings
 
     p = argparse.ArgumentParser()
     add_arguments(p)
-    args = p.parse_args(["--gold", "g", "--pred", "p", "--out", "o"])
-    assert args.judge_concurrency == JudgeSettings.concurrency == RewardConfig.concurrency
+    base = ["--gold", "g", "--pred", "p", "--out", "o", "--judge-url", "http://127.0.0.1:1/v1", "--judge-model", "m"]
+    args = p.parse_args([*base, "--judge-protocol", "rubric", "--judge-concurrency", "5"])
+    assert make_judge(args).concurrency == 5  # eval score's flag reaches the judge it builds
     cfg = RewardConfig(cache_dir="/", max_crops=3, concurrency=7)
     assert cfg.judge_settings().max_crops == 3 and cfg.judge_settings().client_kwargs()["concurrency"] == 7
 
