@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from data_prep.io import atomic_dir, finite_float, int_in_range, refuse_output_dir_over_inputs
+from data_prep.io import atomic_dir, atomic_write_text, finite_float, int_in_range, refuse_output_dir_over_inputs
 from data_prep.types import InputError
 from eval import analyses
 from eval.metrics import (
@@ -61,7 +61,7 @@ from eval.metrics import (
     score_boxes,
     threshold_key,
 )
-from eval.schemas import Gold, Prediction, atomic_write_text, read_gold, read_predictions, write_json, write_jsonl
+from eval.schemas import Gold, Prediction, read_gold, read_predictions, write_json, write_jsonl
 from reward.judge import CLI_OUTAGE_S, DEFAULT_JUDGE, JUDGES, JudgeSettings, add_judge_mode_arguments
 from reward.servers import UrlListAction
 
@@ -482,7 +482,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eval.cmd_resolve import DocCache
+    from data_prep.cache import DocCache
 
     t0 = time.perf_counter()
     refuse_output_dir_over_inputs(args.out, [args.gold, args.pred, args.cache_dir, args.judge_prompt])

@@ -65,7 +65,7 @@ def plot_recall_vs_iou(runs: Sequence[tuple[str, dict]], path: str | Path) -> Pa
     return path
 
 
-_CSS = """
+REPORT_CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1400px;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px;vertical-align:top}
 th{background:#f3f3f3}.q{border-top:3px solid #888;margin-top:2em;padding-top:.5em}
@@ -132,7 +132,7 @@ def write_report(
     shown = list(rows if limit is None else rows[:limit])
     esc = html.escape
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(label)} report</title>",
-           f"<style>{_CSS}</style></head><body><h1>{esc(label)}: {metrics['n']} questions</h1>"]  # fmt: skip
+           f"<style>{REPORT_CSS}</style></head><body><h1>{esc(label)}: {metrics['n']} questions</h1>"]  # fmt: skip
     out.append("<h2>Summary</h2>" + _html_table(["metric", "value"], summary_rows(metrics)))
     out.append(
         "<p class='legend'><span style='color:#148c28'>&#9632; gold necessary (thick) / optional (thin)</span>"

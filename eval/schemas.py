@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_prep.io import (  # noqa: F401
+from data_prep.io import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_jsonl,
-    atomic_write_text,
     read_jsonl,
 )
 from data_prep.types import InputError

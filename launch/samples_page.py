@@ -1,25 +1,18 @@
-"""The samples browser (issue 23): one self-contained HTML page of a run's sampled rollouts.
-
-``python -m launch.samples_page RUN_DIR [--out FILE] [--embed]`` (beside ``python -m launch.runlog plot``) reads ``RUN_DIR/segments/*/samples/batch_*.json``
+"""``python -m launch.samples_page RUN_DIR [--out FILE] [--embed]`` (beside ``python -m launch.runlog plot``): the
+samples browser (:mod:`eval.samples_page`) of a training run. It reads ``RUN_DIR/segments/*/samples/batch_*.json``
 (:mod:`reward.samples`; the n-th batch of a segment is step ``resume_step + n``, a later segment supersedes the steps
 after its resume step, as ``launch/merge.py`` does for the curves) or, for a bare metrics folder, its ``samples/``,
-and writes ``RUN_DIR/samples.html``. Crops are linked relative to the page (the page works from a copied run
-folder, no server) or embedded with ``embed=True``. Colours and styles are the evaluation report's
-(``eval/report.py``)."""
+and writes ``RUN_DIR/samples.html``."""
 
 from __future__ import annotations
 
-import base64
-import html
-import json
 from pathlib import Path
 
-from data_prep.io import atomic_write_text
 from data_prep.types import InputError
-from eval.report import _CSS as REPORT_CSS
+from eval.samples_page import PAGE, folder_steps
+from eval.samples_page import write_samples_page as render_page
+from launch.segments import load_segments, segments_dir
 from reward.samples import SAMPLES_DIR, load_steps
-
-PAGE = "samples.html"
 
 
 def collect_steps(run_dir: str | Path) -> list[tuple[int, Path, dict]]:
@@ -30,8 +23,6 @@ def collect_steps(run_dir: str | Path) -> list[tuple[int, Path, dict]]:
     found: dict[int, tuple[Path, dict]] = {}
     seg_root = run / "segments"
     if seg_root.is_dir():
-        from launch.segments import load_segments, segments_dir
-
         for seg in load_segments(run):
             for step in [s for s in found if s > seg.resume_step]:
                 del found[step]  # the requeued segment redid these steps
@@ -39,105 +30,13 @@ def collect_steps(run_dir: str | Path) -> list[tuple[int, Path, dict]]:
             if folder.is_dir():
                 for rec in load_steps(folder):
                     found[seg.resume_step + int(rec["step"])] = (folder, rec)
-    elif (run / SAMPLES_DIR).is_dir():
-        for rec in load_steps(run):
-            found[int(rec["step"])] = (run / SAMPLES_DIR, rec)
-    return [(s, *found[s]) for s in sorted(found)]
-
-
-def _src(folder: Path, rel: str, page_dir: Path, embed: bool) -> str:
-    path = folder / rel
-    if embed:
-        return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
-    return path.resolve().relative_to(page_dir.resolve()).as_posix()
+        return [(s, *found[s]) for s in sorted(found)]
+    return folder_steps(run)
 
 
 def write_samples_page(run_dir: str | Path, out: str | Path | None = None, embed: bool = False) -> Path:
-    run = Path(run_dir)
-    out = Path(out) if out else run / PAGE
-    steps = collect_steps(run)
-    if not steps:
-        raise InputError(f"run folder {run_dir}: no samples (reward setting samples_every, $QUOTECITE_METRICS_DIR)")
-    page_dir = out.parent
-    data = []
-    for step, folder, rec in steps:
-        groups = []
-        for g in rec["groups"]:
-            resps = []
-            for r in g["responses"]:
-                try:
-                    crops = [_src(folder, c, page_dir, embed) for c in r["crops"]]
-                except ValueError:  # page outside the run folder: embed instead
-                    crops = [_src(folder, c, page_dir, True) for c in r["crops"]]
-                resps.append({**r, "crops": crops})
-            groups.append({**g, "responses": resps})
-        data.append({"step": step, "groups": groups})
-    blob = json.dumps(data, ensure_ascii=False).replace("</", "<\\/")
-    text = _TEMPLATE.replace("/*CSS*/", REPORT_CSS + _CSS).replace("/*DATA*/", blob)
-    text = text.replace("<!--TITLE-->", html.escape(f"samples of {run.resolve().name}"))
-    return atomic_write_text(out, text)
-
-
-_CSS = """
-.grp{border-top:3px solid #888;margin-top:1.2em;padding-top:.4em}.cards{display:flex;gap:8px;overflow-x:auto}
-.card{flex:0 0 300px;border:1px solid #ccc;padding:6px;font-size:12px;background:#fff}
-.card.pos{border-color:#148c28}.card.neg{border-color:#c81e1e}.card img{max-width:100%;border:1px solid #aaa;margin:2px 0}
-.adv{font-weight:bold}.tag{display:inline-block;background:#eee;border-radius:3px;padding:0 4px;margin-right:3px}
-"""
-
-_TEMPLATE = """<!doctype html><html><head><meta charset="utf-8"><title><!--TITLE--></title><style>/*CSS*/</style></head>
-<body><h1><!--TITLE--></h1>
-<p>step <input type="range" id="slider" min="0" value="0"> <select id="steps"></select>
-<label><input type="checkbox" class="f" value="pos"> positive advantage</label>
-<label><input type="checkbox" class="f" value="dropped"> dropped by the keep band</label>
-<label><input type="checkbox" class="f" value="unscorable"> unscorable</label>
-<label><input type="checkbox" class="f" value="irrelevant"> judge said irrelevant</label></p>
-<div id="counts" data-cards="0" data-imgs="0" data-steps="0"></div><div id="view"></div>
-<script id="data" type="application/json">/*DATA*/</script>
-<script>
-const DATA = JSON.parse(document.getElementById('data').textContent);
-const esc = s => String(s ?? '').replace(/[&<>"]/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]));
-const sel = document.getElementById('steps'), sl = document.getElementById('slider');
-DATA.forEach((d, i) => { const o = document.createElement('option'); o.value = i; o.textContent = d.step; sel.appendChild(o); });
-sl.max = DATA.length - 1;
-function irrelevant(r) { const s = r.scores; return !!s && (s.relevance === 0 || (s.crop_relevance || []).includes(0)); }
-function render() {
-  const on = [...document.querySelectorAll('.f:checked')].map(x => x.value);
-  const d = DATA[+sel.value]; let cards = 0, imgs = 0, h = '';
-  for (const g of d.groups) {
-    const rs = g.responses.filter(r => on.every(f => f === 'pos' ? r.advantage > 0 : f === 'dropped' ? !g.trained
-      : f === 'unscorable' ? r.unscorable : irrelevant(r)));
-    if (!rs.length) continue;
-    h += `<div class="grp"><b>${esc(g.qid)}</b> ${esc(g.question)} <span class="k">gold:</span> ${esc(g.gold)}
-      <span class="tag">keep ${(+g.keep).toFixed(3)}</span><span class="tag">${g.trained ? 'trained' : 'dropped'}</span>
-      <div class="cards">`;
-    for (const r of rs) {
-      cards++; imgs += r.crops.length; const done = new Set();
-      const img = k => (k === null || done.has(k) || !r.crops[k]) ? '' : (done.add(k), `<img class="crop" src="${r.crops[k]}">`);
-      const s = r.scores ? `a ${r.scores.answer} r ${r.scores.relevance} c ${r.scores.coverage}` : 'no judge score';
-      h += `<div class="card ${r.advantage > 0 ? 'pos' : 'neg'}"><div class="adv">advantage ${r.advantage.toFixed(3)}</div>
-        <div>reward ${r.reward.overall.toFixed(3)} (${s})${r.unscorable ? ' <span class="miss">unscorable</span>' : ''}</div>
-        <div class="resp">${esc(r.answer)}</div>` +
-        r.citations.map(c => `<div class="${c.crop === null ? 'miss' : 'hit'}">p${c.page} [${c.bbox.map(v => v.toFixed(0))}]
-          sim ${c.similarity.toFixed(3)}</div><div class="k">${esc(c.text).slice(0, 300)}</div>` +
-          img(c.crop)).join('') + r.crops.map((_, k) => img(k)).join('') +
-        (r.reply ? `<div class="resp">${esc(r.reply)}</div>` : '') + '</div>';
-    }
-    h += '</div></div>';
-  }
-  document.getElementById('view').innerHTML = h || '<p>nothing matches the filters</p>';
-  const c = document.getElementById('counts');
-  c.dataset.cards = cards; c.dataset.imgs = document.querySelectorAll('#view img.crop').length; c.dataset.steps = DATA.length;
-}
-sel.onchange = () => { sl.value = sel.value; render(); };
-sl.oninput = () => { sel.value = sl.value; render(); };
-document.querySelectorAll('.f').forEach(x => x.onchange = render);
-const q = new URLSearchParams(location.search);
-if (q.get('step') !== null) { sel.value = sl.value = q.get('step'); }
-(q.get('filters') || '').split(',').filter(Boolean).forEach(f => { const x = document.querySelector(`.f[value="${f}"]`); if (x) x.checked = true; });
-render();
-</script></body></html>
-"""
+    """The page of every sampled step of the run (:func:`collect_steps`); returns its path."""
+    return render_page(run_dir, out, embed, steps=collect_steps(run_dir))
 
 
 def main(argv: list[str] | None = None) -> int:

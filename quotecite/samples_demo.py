@@ -1,6 +1,6 @@
 """The samples step of ``make demo`` (issue 23): two training batches of the demo responses scored with the
 lexical judge under a metrics folder, their samples written by the reward (:mod:`reward.samples`) and the
-browser page (:mod:`launch.samples_page`) written beside them."""
+browser page (:mod:`eval.samples_page`) written beside them."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def samples_demo_batches(cached) -> list[list[dict]]:
 
 def run_samples_demo(cached, out_dir: Path) -> Path:
     """Score the batches with ``$QUOTECITE_METRICS_DIR=out_dir`` and write ``out_dir/samples.html``."""
-    from launch.samples_page import write_samples_page
+    from eval.samples_page import write_samples_page
     from reward.config import RewardConfig
     from reward.pipeline import METRICS_DIR_ENV, RewardScorer
 

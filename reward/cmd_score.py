@@ -174,14 +174,15 @@ def recipe_reward_settings(path: Path) -> dict:
     """The reward settings of an EasyR1 recipe (its ``worker.reward.reward_function_kwargs``, ``${oc.env:..}``
     resolved; a variable that is not set leaves its setting out). :class:`InputError` when the recipe does not use
     this project's reward plugin."""
-    from reward.preflight import _Unset, read_recipe
+    from recipes.reader import Unset
+    from reward.preflight import read_recipe
 
     recipe = read_recipe(path)
     if not recipe.uses_quote_reward:
         raise InputError(
             f"recipe {path}: worker.reward.reward_function is {recipe.reward_function!r}, not reward/quote_reward.py"
         )
-    return {k: v for k, v in recipe.reward_kwargs.items() if not isinstance(v, _Unset)}
+    return {k: v for k, v in recipe.reward_kwargs.items() if not isinstance(v, Unset)}
 
 
 def settings_of(args: argparse.Namespace) -> dict:
