@@ -12,7 +12,9 @@ requests: each HTTP call goes to the replica with the fewest calls in flight (ti
 far). A call that fails with a transport kind (:data:`DOWN_KINDS`: timeout, refused or dropped connection,
 HTTP 5xx) marks its replica *down* and is sent again at once to another replica that has not failed it, without
 using one of the request's retries; an overloaded replica (HTTP 408/429) is passed over the same way but not
-marked down. A down replica gets no calls while another one is up; once its cool-down has passed (2 s, doubling
+marked down. So is a replica that answers but not with a valid verdict (:data:`CONTENT_KINDS`: a 200 that is
+not a chat completion, a reply without a parseable score): replica health is judged by content too, so a healthy
+replica takes the call instead of the batch going unscorable. A down replica gets no calls while another one is up; once its cool-down has passed (2 s, doubling
 with each failure in a row up to 30 s) the next call first probes its ``/health`` and it is back when that
 answers 200. Only when every replica has failed a call does the call fail (with the last replica's failure), so
 the judge's retries, outage wait and unscorable policy (:mod:`reward.judge`) apply only when none answers.
@@ -105,7 +107,11 @@ def wait_for_health(
 
 DOWN_KINDS: frozenset[str] = frozenset({"timeout", "connection", "http_5xx"})
 """Failure kinds that mark a replica down (it does not answer, or answers only errors)."""
-FAILOVER_KINDS: frozenset[str] = DOWN_KINDS | {"overloaded"}
+CONTENT_KINDS: frozenset[str] = frozenset({"bad_response", "unparseable"})
+"""Failure kinds of a replica that answers, but not with a chat completion holding a valid verdict (an HTML page,
+a score out of range, garbage): with several replicas it counts as failing, like a dead one (it is skipped and the
+call goes to another replica); with one, the call's failure stands."""
+FAILOVER_KINDS: frozenset[str] = DOWN_KINDS | CONTENT_KINDS | {"overloaded"}
 """Failure kinds after which the call is sent to another replica."""
 COOLDOWN_S: tuple[float, float] = (2.0, 30.0)
 """First and largest cool-down of a down replica before its ``/health`` is probed again, seconds."""
@@ -277,7 +283,8 @@ class ReplicaSet:
         with self._lock:
             r = self.replicas[index]
             r.in_flight -= 1
-            if kind is None or kind not in DOWN_KINDS:
+            failing = kind in DOWN_KINDS or (kind in CONTENT_KINDS and len(self.replicas) > 1)
+            if not failing:
                 # Any reply, even a 4xx or an unparseable one, shows the server answers.
                 if kind is None:
                     r.ok += 1

@@ -188,3 +188,40 @@ def test_outage_wait_ends_when_any_replica_comes_back(servers):
     restart.join()
     assert out == [JudgeScores(3, 4, 5)] * 3
     assert j.stats.outages >= 1 and time.monotonic() - t0 < 30
+
+
+# --------------------------------------------------------------------------------------------- health by content
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Reply(text="<html>gateway</html>"),  # 200, not a chat completion
+        Reply(json=chat_completion('{"answer": 9, "relevance": 4, "coverage": 3}')),  # out of range
+        Reply(json=chat_completion('{"answer": "five", "relevance": 4, "coverage": 3}')),  # a string score
+        Reply(
+            json=chat_completion(
+                '{"answer": 5, "relevance": 5, "coverage": 5} {"answer": 0, "relevance": 0, "coverage": 0}'
+            )
+        ),  # two verdicts that disagree
+    ],
+)
+def test_a_replica_answering_garbage_fails_over_like_a_dead_one(bad):
+    """A replica that answers 200 with something that is no verdict counts as failing: its calls go to the healthy
+    replica, every response is scored, and it is marked down (not left to make its share unscorable)."""
+    with ScriptedOpenAIServer(handler=lambda path, body, n: bad if path == CHAT else None) as broken, \
+            ScriptedOpenAIServer() as good:  # fmt: skip
+        j = HttpJudge([broken.url, good.url], "judge-model", concurrency=4, retries=0, timeout_s=5)
+        j.replicas.cooldown_s = (30.0, 30.0)
+        out = j.score_batch(reqs(12, "content"))
+        assert out == [JudgeScores(4, 4, 4)] * 12
+        assert j.stats.ok == 12 and not j.stats.failures
+        stats = by_url(j)
+        assert stats[broken.url]["down"] and stats[broken.url]["failed"] >= 1
+        assert good.count(CHAT) == 12
+
+
+def test_one_replica_answering_garbage_leaves_its_responses_unscorable():
+    bad = Reply(text="<html>gateway</html>")
+    with ScriptedOpenAIServer(handler=lambda path, body, n: bad if path == CHAT else None) as broken:
+        j = HttpJudge(broken.url, "judge-model", concurrency=4, retries=0, timeout_s=5)
+        assert j.score_batch(reqs(3, "one")) == [None] * 3
+        assert j.stats.failures == {"bad_response": 3}
