@@ -10,8 +10,7 @@
   folder keeps no stale file and a killed run leaves the previous complete set.
 * :func:`read_jsonl`: the one JSONL reader; bad bytes, bad JSON or a non-object line raise
   :class:`~data_prep.types.InputError` naming the file and line.
-* Command-line value types that refuse NaN, infinities and out-of-range numbers (:func:`finite_float`,
-  :func:`int_in_range`; more in :mod:`data_prep.validate`).
+* Command-line value types that refuse NaN, infinities and out-of-range numbers live in :mod:`data_prep.validate`.
 * :func:`loads_record`: the one JSON parser of records: integers of more than :data:`MAX_INT_DIGITS` digits,
   numbers that overflow to infinity and ``NaN``/``Infinity`` are refused (:class:`InputError` naming where), so no
   later ``int()``/``float()``/``math.isfinite`` meets a number Python cannot convert.
@@ -25,7 +24,6 @@
 
 from __future__ import annotations
 
-import argparse
 import codecs
 import contextlib
 import errno
@@ -487,31 +485,3 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
             if not isinstance(obj, dict):
                 raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
             yield lineno, obj
-
-
-# ---------------------------------------------------------------------------------------------- option types
-def finite_float(text: str) -> float:
-    """argparse type: a finite number (``nan``, ``inf`` are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def int_in_range(lo: int, hi: int):
-    """argparse type: an integer in ``[lo, hi]``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"expected an integer from {lo} to {hi}, got {value}")
-        return value
-
-    parse.__name__ = f"integer {lo}..{hi}"
-    return parse

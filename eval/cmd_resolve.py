@@ -37,8 +37,9 @@ from tqdm import tqdm
 
 from data_prep.cache import CachedDoc, DocCache
 from data_prep.encoders import MemoEncoder
-from data_prep.io import finite_float, int_in_range, refuse_output_over_inputs
+from data_prep.io import refuse_output_over_inputs
 from data_prep.types import InputError
+from data_prep.validate import bounded_int, finite
 from eval.interfaces import get_interface
 from eval.schemas import Gold, Prediction, read_gold, read_predictions, write_jsonl
 from reward.cmd_score import MAX_QUOTES_OPTION
@@ -253,12 +254,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="question controls: a fixed number of blocks per question (default: the response's)",
     )
-    parser.add_argument(
-        "--threshold", type=finite_float, default=None, help="drop quote citations below this similarity"
-    )
+    parser.add_argument("--threshold", type=finite, default=None, help="drop quote citations below this similarity")
     parser.add_argument(
         "--max-quotes",
-        type=int_in_range(1, MAX_QUOTES_OPTION),
+        type=bounded_int(1, MAX_QUOTES_OPTION),
         default=DEFAULT_MAX_QUOTES,
         help=f"safety bound on the quotes kept per response, logged when hit (default {DEFAULT_MAX_QUOTES}; earlier 8)",
     )
@@ -266,7 +265,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dedupe-quotes", action="store_true", help="drop exact repeats of a quote (the earlier rule; default: keep)"
     )
     parser.add_argument(
-        "--top-k", type=int_in_range(0, 1000), default=5, help="candidates kept per quote for the residual analysis"
+        "--top-k", type=bounded_int(0, 1000), default=5, help="candidates kept per quote for the residual analysis"
     )
     parser.add_argument("--parser", default=None, help="pick cache entries made by this parser")
     parser.add_argument("--encoder", default=None, help="pick cache entries embedded by this encoder")

@@ -45,8 +45,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from data_prep.io import atomic_dir, atomic_write_text, finite_float, int_in_range, refuse_output_dir_over_inputs
+from data_prep.io import atomic_dir, atomic_write_text, refuse_output_dir_over_inputs
 from data_prep.types import InputError
+from data_prep.validate import bounded_int, finite
 from eval import analyses
 from eval.metrics import (
     PAGE_RECALL_MODES,
@@ -458,12 +459,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Table 6, default) or over all questions",
     )
     parser.add_argument(
-        "--judge-concurrency", type=int_in_range(1, 4096), default=JudgeSettings.concurrency,
+        "--judge-concurrency", type=bounded_int(1, 4096), default=JudgeSettings.concurrency,
         help="judge requests in flight",
     )  # fmt: skip
     add_judge_mode_arguments(parser)
     parser.add_argument(
-        "--judge-outage-s", type=finite_float, default=CLI_OUTAGE_S,
+        "--judge-outage-s", type=finite, default=CLI_OUTAGE_S,
         help="seconds to wait out a judge outage (probing /health) before stopping with an error (0: none)",
     )  # fmt: skip
     parser.add_argument(
@@ -475,7 +476,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="skip report.html")
     parser.add_argument(
         "--report-limit",
-        type=int_in_range(0, 10**9),
+        type=bounded_int(0, 10**9),
         default=None,
         help="questions drawn in report.html (default all)",
     )

@@ -26,8 +26,9 @@ import argparse
 import json
 from pathlib import Path
 
-from data_prep.io import atomic_write_text, finite_float, int_in_range, read_jsonl, refuse_output_over_inputs
+from data_prep.io import atomic_write_text, read_jsonl, refuse_output_over_inputs
 from data_prep.types import InputError
+from data_prep.validate import bounded_int, finite
 from reward.config import RewardConfig
 from reward.judge import CLI_OUTAGE_S, JUDGES, add_judge_mode_arguments, judge_mode_of
 from reward.resolve import RESOLVERS
@@ -81,36 +82,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reward_form lat: override a LAT constant (tau, overlap_iou, epsilon, ground_iou, min_steps, crop_dpi, "
         "max_steps); repeatable",
     )  # fmt: skip
-    parser.add_argument(
-        "--abstain-threshold", type=finite_float, default=None, help="drop citations below this similarity"
-    )
+    parser.add_argument("--abstain-threshold", type=finite, default=None, help="drop citations below this similarity")
     parser.add_argument(
         "--concurrency",
-        type=int_in_range(1, 4096),
+        type=bounded_int(1, 4096),
         default=None,
         help=f"judge requests in flight (default: {OPTION_DEFAULTS['concurrency']})",
     )
     parser.add_argument(
         "--timeout",
-        type=finite_float,
+        type=finite,
         default=None,
         help=f"judge request deadline, seconds (default: {OPTION_DEFAULTS['timeout_s']:g})",
     )
     parser.add_argument(
         "--retries",
-        type=int_in_range(0, 100),
+        type=bounded_int(0, 100),
         default=None,
         help=f"judge retries after timeouts/5xx (default: {OPTION_DEFAULTS['retries']})",
     )
     parser.add_argument(
-        "--judge-outage-s", type=finite_float, default=None,
+        "--judge-outage-s", type=finite, default=None,
         help="seconds to wait out a judge/embedder outage (probing /health) before stopping with an error (0: none; "
         f"default: {CLI_OUTAGE_S:g})",
     )  # fmt: skip
     add_judge_mode_arguments(parser)
     parser.add_argument(
         "--max-quotes",
-        type=int_in_range(1, MAX_QUOTES_OPTION),
+        type=bounded_int(1, MAX_QUOTES_OPTION),
         default=None,
         help=f"safety bound on the quotes kept per response, logged when hit (default {DEFAULT_MAX_QUOTES})",
     )

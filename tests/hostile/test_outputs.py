@@ -282,8 +282,10 @@ def test_read_jsonl_names_file_and_line(tmp_path, data, phrase):
 
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf", "NaN"])
-def test_finite_float_refuses_non_finite(text):
+def test_finite_refuses_non_finite(text):
     import argparse
 
+    from data_prep.validate import finite
+
     with pytest.raises(argparse.ArgumentTypeError):
-        qio.finite_float(text)
+        finite(text)
