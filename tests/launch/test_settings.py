@@ -1,0 +1,429 @@
+"""The launch's settings object (``launch/settings.py``): one entry per ``QUOTECITE_*`` variable, typed validators,
+every problem at once, templates, the hand-off to the next job, the tables and the command line. No Slurm needed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from data_prep.types import InputError
+from launch import settings
+from launch.settings import (
+    BY_NAME,
+    EMBED_MODEL,
+    GROUPS,
+    JUDGE_MODEL,
+    READERS,
+    SETTINGS,
+    Settings,
+    SettingsError,
+    render_help,
+    render_markdown,
+    render_resolved,
+    resolve,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+SCANNED = ["launch", "slurm", "eval", ".ci", "reward", "data_prep", "quotecite", "recipes", "benchmarks", "tests"]
+"""Where the ``QUOTECITE_*`` names are read or set: the launch and its shell scripts, CI, every stage, the recipes,
+the benchmarks and the tests (conftest files, stand-ins and support code set and read some)."""
+NOT_SCANNED = {Path("launch/settings.py"), Path("tests/launch/test_settings.py")}
+"""The table itself and this file (which uses misspelt names on purpose)."""
+NAME = re.compile(r"QUOTECITE_[A-Z0-9_]+")
+
+
+def scanned_files() -> list[Path]:
+    out = []
+    for top in SCANNED:
+        for path in sorted((REPO / top).rglob("*")):
+            rel = path.relative_to(REPO)
+            if path.is_file() and "__pycache__" not in rel.parts and rel not in NOT_SCANNED:
+                out.append(path)
+    return out
+
+
+def names_in_use() -> dict[str, list[str]]:
+    """Every ``QUOTECITE_*`` name (not a prefix such as ``QUOTECITE_PREP_``) -> where it occurs (``file:line``)."""
+    where: dict[str, list[str]] = {}
+    for path in scanned_files():
+        try:
+            body = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for lineno, line in enumerate(body.splitlines(), 1):
+            for name in NAME.findall(line):
+                where.setdefault(name, []).append(f"{path.relative_to(REPO)}:{lineno}")
+    return where
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUOTECITE_")}
+    env.update(extra)
+    return env
+
+
+def problems(env: dict[str, str], repo: Path = REPO, readers: set[str] | None = None) -> list[str]:
+    with pytest.raises(SettingsError) as e:
+        resolve(env, repo, readers)
+    return e.value.problems
+
+
+# ------------------------------------------------------------------------------------------------ inventory
+def test_every_name_used_in_the_repository_is_a_setting():
+    used = names_in_use()
+    names = {n for n in used if not n.endswith("_")}
+    missing = sorted(names - set(BY_NAME))
+    assert not missing, "QUOTECITE_* names used but not in launch.settings.SETTINGS:\n" + "\n".join(
+        f"{n} ({', '.join(used[n][:3])})" for n in missing
+    )
+    # a prefix (``startswith(("QUOTECITE_PREP_", ...))``) stands for settings that exist
+    for prefix in (n for n in used if n.endswith("_") and n != "QUOTECITE_"):
+        assert any(s.name.startswith(prefix) for s in SETTINGS), f"{prefix} ({used[prefix][0]}) names no setting"
+    assert len(names) >= 90  # the scan itself works: the launch, the stages and the tests use about a hundred
+
+
+def _short_name_uses() -> set[str]:
+    """Short names read as attributes (``s.health_timeout``) in launch modules that import the settings."""
+    out: set[str] = set()
+    for path in sorted((REPO / "launch").glob("*.py")):
+        if path.relative_to(REPO) in NOT_SCANNED:
+            continue
+        body = path.read_text(encoding="utf-8")
+        if re.search(r"from launch import [^\n]*\bsettings\b|launch\.settings", body):
+            out |= set(re.findall(r"\.([a-z][a-z0-9_]*)\b", body))
+    return out
+
+
+def test_every_setting_is_used_somewhere():
+    used = set(names_in_use())
+    attrs = _short_name_uses()
+    unused = [s.name for s in SETTINGS if s.name not in used and s.short not in attrs]
+    assert not unused, f"settings that nothing reads or sets any more (remove them from SETTINGS): {unused}"
+
+
+def test_the_scan_sees_shell_python_and_yaml():
+    used = names_in_use()
+    assert any(w.startswith("slurm/") for w in used["QUOTECITE_HEALTH_TIMEOUT"] + used["QUOTECITE_ENV_ROOT"])
+    assert any(w.startswith("recipes/") for w in used["QUOTECITE_CKPT_DIR"])
+    assert any(w.startswith("tests/standins/") for w in used["QUOTECITE_STANDIN_STEP_SECONDS"])
+    assert any(w.startswith(".ci/") for w in used["QUOTECITE_SLURM_LAYOUT"])
+
+
+def test_the_table_is_well_formed():
+    assert len({s.name for s in SETTINGS}) == len(SETTINGS)
+    methods = {m for m in dir(Settings) if not m.startswith("__")}
+    for s in SETTINGS:
+        assert re.fullmatch(r"QUOTECITE_[A-Z0-9_]*[A-Z0-9]", s.name), s.name
+        assert s.group in GROUPS, s.name
+        assert s.reader_set <= set(READERS) and s.reader_set, s.name
+        assert s.help and "\n" not in s.help and len(s.help) <= 110, s.name
+        assert s.short not in methods, f"{s.name}: s.{s.short} would be a method of Settings"
+        for ref in s.refers_to:
+            assert ref in BY_NAME and ref != s.name, f"{s.name}'s default names {ref}"
+        assert s.group != "test" or s.readers == "test", s.name
+    # every group holds something; the test-only settings are read only by tests
+    assert {s.group for s in SETTINGS} == set(GROUPS)
+
+
+# ------------------------------------------------------------------------------------------------ defaults
+def test_every_default_parses_with_its_own_validator(tmp_path):
+    # DATA_DIR set so that the defaults built from it are filled in too
+    s = resolve({"QUOTECITE_DATA_DIR": str(tmp_path / "data")}, tmp_path)
+    for setting, value, source in s.items():
+        if setting.name == "QUOTECITE_DATA_DIR":
+            continue
+        assert source == "default"
+        if setting.default is None:
+            assert value is None and s.text(setting.name) is None
+            continue
+        text = s.text(setting.name)
+        assert text is not None and "{" not in text, setting.name
+        assert setting.parse(text) == value, setting.name
+
+
+def test_the_shared_defaults_are_typed(tmp_path):
+    s = resolve({}, tmp_path)
+    assert s.health_timeout == 1800.0 and isinstance(s.health_timeout, float)
+    assert (s.judge_port, s.embed_port, s.ray_port) == (8000, 8001, 6379)
+    assert (s.judge_gpu_util, s.embed_gpu_util) == (0.55, 0.25)
+    assert (s.judge_max_model_len, s.embed_max_model_len) == (32768, 8192)
+    assert (s.judge_model, s.embed_model) == (JUDGE_MODEL, EMBED_MODEL) == ("Qwen/Qwen3.5-9B",
+                                                                            "Qwen/Qwen3-VL-Embedding-2B")  # fmt: skip
+    assert (s.chain, s.preflight, s.env_setup, s.allow_recipe_change) == (True, True, True, False)
+    assert (s.max_restarts, s.max_server_restarts, s.max_stalled_jobs) == (3, 5, 3)
+    assert (s.stop_grace, s.poll_seconds, s.trainer_stop) == (3000.0, 5.0, "checkpoint")
+    assert (s.serve_gpus, s.judge_replicas, s.train_gpus_per_node, s.max_steps) == (1, 1, None, None)
+    assert s.flash_attn == "flash-attn==2.8.3" and s.easyr1_commit == "b44b311" and s.vllm_server == "0.32.0"
+    assert s.source("QUOTECITE_HEALTH_TIMEOUT") == s.source("health_timeout") == "default"
+
+
+def test_the_model_ids_agree_with_the_stages_that_cannot_import_the_launch():
+    from data_prep.encoders.qwen3vl import DEFAULT_MODEL
+    from recipes.reader import load_recipe
+    from reward.config import DEFAULT_JUDGE_MODEL
+
+    assert JUDGE_MODEL == DEFAULT_JUDGE_MODEL and EMBED_MODEL == DEFAULT_MODEL
+    recipe = (REPO / "recipes" / "qwen3vl_8b_grpo.yaml").read_text()
+    assert f"${{oc.env:QUOTECITE_JUDGE_MODEL,{JUDGE_MODEL}}}" in recipe
+    assert callable(load_recipe)
+
+
+LITERAL_DEFAULT = [
+    re.compile(r"\$\{(QUOTECITE_[A-Z0-9_]+):?-([^}$`(]*)\}"),  # bash ${QUOTECITE_X:-default}
+    re.compile(r"environ\.get\(\"(QUOTECITE_[A-Z0-9_]+)\", \"([^\"]*)\"\)"),  # python os.environ.get("X", "d")
+    re.compile(r"oc\.env:(QUOTECITE_[A-Z0-9_]+),([^}]*)\}"),  # recipe ${oc.env:X,default}
+]
+KNOWN_OTHER_DEFAULTS = {
+    ("QUOTECITE_SLURM_TEST_TIMEOUT", "900"),  # the prep-array benchmark waits longer than a test
+    ("QUOTECITE_PYTHON", ".venv/bin/python"),  # the job script's, relative to the repository it cd's to
+}
+
+
+def test_literal_defaults_left_in_scripts_agree_with_the_table():
+    """Until every script reads launch.settings, a default still written in one must be the table's."""
+    bad = []
+    for path in scanned_files():
+        try:
+            body = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for lineno, line in enumerate(body.splitlines(), 1):
+            for pattern in LITERAL_DEFAULT:
+                for name, literal in pattern.findall(line):
+                    if name not in BY_NAME or not literal or (name, literal) in KNOWN_OTHER_DEFAULTS:
+                        continue  # ${X:-} and get("X", "") are "unset", not a default
+                    want = BY_NAME[name].default
+                    if literal != want and not (want and "{" in want):
+                        bad.append(f"{path.relative_to(REPO)}:{lineno}: {name} defaults to {literal!r}, "
+                                   f"launch.settings says {want!r}")  # fmt: skip
+    assert not bad, "\n".join(bad)
+
+
+# ------------------------------------------------------------------------------------------------ bad values
+BAD = [
+    ("QUOTECITE_MAX_STEPS", "abc"),
+    ("QUOTECITE_MAX_STEPS", "-3"),
+    ("QUOTECITE_MAX_STEPS", "0"),
+    ("QUOTECITE_MAX_STEPS", "2.5"),
+    ("QUOTECITE_MAX_STEPS", "9" * 400),
+    ("QUOTECITE_HEALTH_TIMEOUT", "soon"),
+    ("QUOTECITE_HEALTH_TIMEOUT", "nan"),
+    ("QUOTECITE_HEALTH_TIMEOUT", "1e400"),
+    ("QUOTECITE_HEALTH_TIMEOUT", "-inf"),
+    ("QUOTECITE_HEALTH_TIMEOUT", "-5"),
+    ("QUOTECITE_STOP_GRACE", "1" * 400),
+    ("QUOTECITE_JUDGE_PORT", "70000"),
+    ("QUOTECITE_EMBED_PORT", "-1"),
+    ("QUOTECITE_RAY_PORT", "http"),
+    ("QUOTECITE_JUDGE_GPU_UTIL", "1.5"),
+    ("QUOTECITE_EMBED_GPU_UTIL", "0"),
+    ("QUOTECITE_CHAIN", "yes"),
+    ("QUOTECITE_TRAINER_STOP", "never"),
+    ("QUOTECITE_JUDGE_URL", "ftp://judge/v1"),
+    ("QUOTECITE_JUDGE_URL", "http://a:8000/v1,,http://b:8000/v1"),
+    ("QUOTECITE_EMBED_URL", "http://host:99999/v1"),
+    ("QUOTECITE_JUDGE_ARGS", '--chat-template "x'),
+    ("QUOTECITE_JUDGE_CMD", "   "),
+    ("QUOTECITE_JUDGE_MODEL", "Qwen/Qwen 3"),
+    ("QUOTECITE_NODE_GPUS", "8(x2"),
+    ("QUOTECITE_PREP_TASKS", "5-2"),
+    ("QUOTECITE_EVAL_PHASE", "merge"),
+    ("QUOTECITE_VLLM_SERVER", "latest"),
+    ("QUOTECITE_RUN_DIR", "runs/a\nb"),
+    ("QUOTECITE_STANDIN_SLOW_SAVE", "3"),
+]
+
+
+@pytest.mark.parametrize("name, value", BAD, ids=[f"{n[10:]}={v[:12]!r}" for n, v in BAD])
+def test_a_bad_value_is_a_settings_error_naming_the_variable_and_value(name, value):
+    (line,) = problems({name: value})
+    assert line.startswith(f"{name}={value[:40]!r}"), line
+    assert "\n" not in line and len(line) < 300
+    if len(value) > 60:
+        assert f"({len(value)} characters)" in line
+
+
+def test_all_problems_are_reported_at_once():
+    env = dict(BAD[:1] + BAD[5:6] + BAD[11:12] + BAD[16:17])
+    env["QUOTECITE_HEALT_TIMEOUT"] = "30"
+    with pytest.raises(SettingsError) as e:
+        resolve(env, REPO)
+    assert isinstance(e.value, InputError) and isinstance(e.value, ValueError)
+    lines = e.value.problems
+    assert len(lines) == 5
+    message = str(e.value).splitlines()
+    assert message[0] == "5 launch settings are wrong:" and [m.strip() for m in message[1:]] == lines
+    for name, value in env.items():
+        assert sum(line.startswith(f"{name}=") or line.startswith(f"{name} ") for line in lines) == 1
+        assert any(value in line or name.endswith("HEALT_TIMEOUT") for line in lines)
+
+
+def test_an_unknown_variable_is_a_problem_with_a_suggestion():
+    assert problems({"QUOTECITE_HEALT_TIMEOUT": "30"}) == [
+        "QUOTECITE_HEALT_TIMEOUT is not a setting (did you mean QUOTECITE_HEALTH_TIMEOUT?); "
+        "`python -m launch.settings` lists them"
+    ]
+    assert problems({"QUOTECITE_MAXSTEPS": "3", "QUOTECITE_ZZZ": "1"}) == [
+        "QUOTECITE_MAXSTEPS is not a setting (did you mean QUOTECITE_MAX_STEPS?); "
+        "`python -m launch.settings` lists them",
+        "QUOTECITE_ZZZ is not a setting; `python -m launch.settings` lists them",
+    ]
+    # other variables are none of our business
+    assert resolve({"SLURM_JOB_ID": "7", "QUOTECITEX": "1", "PATH": "/bin"}, REPO).max_steps is None
+
+
+def test_an_empty_variable_means_unset_except_where_empty_is_a_value(tmp_path):
+    s = resolve({"QUOTECITE_HEALTH_TIMEOUT": "", "QUOTECITE_MAX_STEPS": "", "QUOTECITE_FLASH_ATTN": ""}, tmp_path)
+    assert (s.health_timeout, s.source("health_timeout"), s.max_steps) == (1800.0, "default", None)
+    assert s.flash_attn == "" and s.source("flash_attn") == "environment"
+
+
+def test_environment_values_are_typed(tmp_path):
+    s = resolve({
+        "QUOTECITE_HEALTH_TIMEOUT": "30", "QUOTECITE_MAX_STEPS": "12", "QUOTECITE_CHAIN": "0",
+        "QUOTECITE_JUDGE_URL": "http://a:8000/v1, http://b:8002/v1", "QUOTECITE_JUDGE_ARGS": "--x 'a b' --y",
+        "QUOTECITE_NODE_GPUS": "8(x2),4", "QUOTECITE_RUN_DIR": "runs/r1", "QUOTECITE_JUDGE_PORT": "0",
+        "QUOTECITE_STANDIN_SLOW_SAVE": "2:1.5",
+    }, tmp_path)  # fmt: skip
+    assert (s.health_timeout, s.max_steps, s.chain, s.judge_port) == (30.0, 12, False, 0)
+    assert s.judge_url == ["http://a:8000/v1", "http://b:8002/v1"]
+    assert s.judge_args == ["--x", "a b", "--y"] and s.node_gpus == [8, 8, 4]
+    assert s.run_dir == Path("runs/r1") and s.standin_slow_save == (2, 1.5)
+    assert s.source("QUOTECITE_MAX_STEPS") == "environment" and s.source("QUOTECITE_STOP_GRACE") == "default"
+
+
+# ------------------------------------------------------------------------------------------------ templates
+def test_repo_and_cross_setting_templates(tmp_path):
+    s = resolve({}, tmp_path)
+    assert s.repo == tmp_path and s.run_dir == tmp_path / "runs" / "qwen3vl_8b_grpo"
+    assert s.ckpt_dir == tmp_path / "runs" / "qwen3vl_8b_grpo" / "checkpoints"
+    assert s.env_root == tmp_path / ".venv-gpu" and s.prep_log_dir == tmp_path / "data" / "longdocurl" / "logs"
+    # a default that names an unset setting is unset
+    assert s.cache_dir is None and s.train_files is None and s.text("QUOTECITE_CACHE_DIR") is None
+    s = resolve({"QUOTECITE_DATA_DIR": "/d", "QUOTECITE_PREP_SHARDS": "3", "QUOTECITE_RUN_DIR": "/r",
+                 "QUOTECITE_PREP_OUT": "/p"}, tmp_path)  # fmt: skip
+    assert (s.cache_dir, s.source("cache_dir"), s.train_files) == (Path("/d/cache"), "default", "/d/train.parquet")
+    assert (s.prep_tasks, s.ckpt_dir, s.prep_log_dir) == ("1-3", Path("/r/checkpoints"), Path("/p/logs"))
+    # set explicitly, the setting wins over its template
+    s = resolve({"QUOTECITE_DATA_DIR": "/d", "QUOTECITE_CACHE_DIR": "/c"}, tmp_path)
+    assert (s.cache_dir, s.source("cache_dir")) == (Path("/c"), "environment")
+
+
+def test_a_template_over_a_bad_setting_is_reported_once(tmp_path):
+    assert problems({"QUOTECITE_PREP_SHARDS": "many"}, tmp_path) == [
+        "QUOTECITE_PREP_SHARDS='many': expected an integer, got 'many'"
+    ]
+
+
+def test_a_default_built_from_a_bad_value_names_where_it_came_from(tmp_path):
+    long_dir = "/" + "d" * 4093  # fits; DATA_DIR/cache does not
+    (line,) = problems({"QUOTECITE_DATA_DIR": long_dir}, tmp_path, readers={"reward"})
+    assert line.startswith("QUOTECITE_CACHE_DIR='/ddd") and "(its default, from QUOTECITE_DATA_DIR)" in line
+
+
+def test_readers_choose_what_is_resolved_but_every_set_variable_is_checked(tmp_path):
+    s = resolve({"QUOTECITE_JUDGE_URL": "http://j:1/v1"}, tmp_path, readers={"reward"})
+    assert s.judge_url == ["http://j:1/v1"] and s.ckpt_dir == tmp_path / "runs/qwen3vl_8b_grpo/checkpoints"
+    assert s.run_dir == tmp_path / "runs/qwen3vl_8b_grpo"  # named by CKPT_DIR's default
+    with pytest.raises(AttributeError, match="not resolved"):
+        _ = s.health_timeout
+    assert all("reward" in st.reader_set or st.name == "QUOTECITE_RUN_DIR" for st, _, _ in s.items())
+    assert problems({"QUOTECITE_HEALTH_TIMEOUT": "soon"}, tmp_path, readers={"reward"}) == [
+        "QUOTECITE_HEALTH_TIMEOUT='soon': expected a number, got 'soon'"
+    ]
+    with pytest.raises(ValueError, match="readers"):
+        resolve({}, tmp_path, readers={"trainer"})
+
+
+def test_settings_are_read_only_and_misspelt_attributes_suggest(tmp_path):
+    s = resolve({}, tmp_path)
+    with pytest.raises(AttributeError, match="did you mean 'health_timeout'"):
+        _ = s.helth_timeout
+    with pytest.raises(AttributeError, match="read-only"):
+        s.max_steps = 3
+    with pytest.raises(KeyError):
+        s.source("QUOTECITE_NOPE")
+
+
+# ------------------------------------------------------------------------------------------------ hand-off
+def test_env_round_trip(tmp_path):
+    given = {
+        "QUOTECITE_DATA_DIR": str(tmp_path / "data"), "QUOTECITE_MAX_STEPS": "40", "QUOTECITE_FLASH_ATTN": "",
+        "QUOTECITE_JUDGE_ARGS": "--chat-template '{% x %}' --y", "QUOTECITE_JUDGE_URL": "http://a:1/v1,http://b:2/v1",
+        "QUOTECITE_NODE_GPUS": "4(x2)", "QUOTECITE_CHAIN": "0", "QUOTECITE_HEALTH_TIMEOUT": "90.5",
+    }  # fmt: skip
+    s = resolve(given, tmp_path)
+    env = s.env()
+    assert all(isinstance(k, str) and isinstance(v, str) and k in BY_NAME for k, v in env.items())
+    assert env["QUOTECITE_FLASH_ATTN"] == "" and "QUOTECITE_MAX_STEPS" in env and "QUOTECITE_VAL_FILES" not in env
+    assert env["QUOTECITE_RUN_DIR"] == f"{tmp_path}/runs/qwen3vl_8b_grpo"  # {repo} filled in
+    # the next job may run from another checkout path: what it was handed is what it resolves
+    again = resolve(env, tmp_path / "elsewhere")
+    assert [(st.name, v) for st, v, _ in again.items()] == [(st.name, v) for st, v, _ in s.items()]
+    assert again.env() == env
+
+
+# ------------------------------------------------------------------------------------------------ tables, CLI
+def test_render_help_groups_every_setting():
+    out = render_help()
+    for s in SETTINGS:
+        assert len(re.findall(rf"^  {s.name}\b", out, re.M)) == 1, s.name
+    heads = [line.split(":")[0] for line in out.splitlines() if re.match(r"^[a-z]+: ", line)]
+    assert heads == list(GROUPS)
+    row = next(line for line in out.splitlines() if line.startswith("  QUOTECITE_HEALTH_TIMEOUT "))
+    assert row.split()[1:3] == ["1800", "s"] and row.endswith("how long each server may take to answer /health")
+
+
+def test_render_markdown_has_one_row_per_setting():
+    out = render_markdown()
+    rows = [line for line in out.splitlines() if line.startswith("| `QUOTECITE_")]
+    assert len(rows) == len(SETTINGS) == len(out.splitlines()) - 2
+    for row in rows:
+        assert len(re.split(r"(?<!\\)\|", row)) == 7, row  # five cells
+    assert "| `QUOTECITE_JUDGE_MODEL` | `Qwen/Qwen3.5-9B` | model id | models |" in out
+
+
+def test_render_resolved(tmp_path):
+    s = resolve({"QUOTECITE_MAX_STEPS": "7"}, tmp_path)
+    lines = render_resolved(s).splitlines()
+    assert len(lines) == len(SETTINGS)
+    assert re.search(r"^QUOTECITE_MAX_STEPS +\= 7 \(environment\)$", "\n".join(lines), re.M)
+    assert re.search(r"^QUOTECITE_HEALTH_TIMEOUT +\= 1800 \(default\)$", "\n".join(lines), re.M)
+    assert re.search(r"^QUOTECITE_VAL_FILES +\= \(unset\) \(default\)$", "\n".join(lines), re.M)
+
+
+def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "launch.settings", *args], cwd=REPO, env=clean_env(**env),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_cli_show_with_bad_values_exits_2_with_one_error_block():
+    r = run_cli("show", QUOTECITE_MAX_STEPS="abc", QUOTECITE_HEALTH_TIMEOUT="soon", QUOTECITE_HEALT_TIMEOUT="1")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("error: 3 launch settings are wrong:\n") and "Traceback" not in r.stderr
+    assert "QUOTECITE_MAX_STEPS='abc'" in r.stderr and "QUOTECITE_HEALTH_TIMEOUT='soon'" in r.stderr
+    assert "did you mean QUOTECITE_HEALTH_TIMEOUT?" in r.stderr and r.stderr.count("error:") == 1
+
+
+def test_cli_show_markdown_and_table():
+    r = run_cli("show", QUOTECITE_MAX_STEPS="9")
+    assert r.returncode == 0 and r.stderr == ""
+    assert re.search(r"^QUOTECITE_MAX_STEPS +\= 9 \(environment\)$", r.stdout, re.M)
+    assert f"{REPO}/runs/qwen3vl_8b_grpo (default)" in r.stdout
+    r = run_cli("markdown")
+    assert r.returncode == 0 and r.stdout == render_markdown()
+    assert sum(line.startswith("| `QUOTECITE_") for line in r.stdout.splitlines()) == len(SETTINGS)
+
+
+def test_main_in_process(capsys):
+    assert settings.main([]) == 0 and capsys.readouterr().out == render_help()
+    with pytest.raises(SystemExit) as e:
+        settings.main(["show", "--readers", "trainer"])
+    assert e.value.code == 2 and "--readers" in capsys.readouterr().err
