@@ -15,8 +15,10 @@
 #     real run takes probes disjoint from the test questions. The attention run reads the base MODEL (a LoRA
 #     policy must be merged into a checkpoint first).
 #
-# Needs: a CUDA GPU, `pip install -e ".[gpu]"` (vllm), the model weights reachable by vLLM (a local folder or a
-# Hugging Face cache). For the full paper run replace GOLD/CACHE by the CiteVQA gold (`python -m data_prep
+# Needs: a CUDA GPU and the server venv of the set-up step (vLLM 0.32.0 + this project: `python -m launch.setup
+# setup --only server`; the first line printed names the python that runs and its vLLM; PY=... runs another), the
+# model weights reachable by vLLM (a local folder, or the set-up's HF_HOME: `python -m launch.setup fetch-models`).
+# `pip install -e ".[gpu]"` is not the way: its vLLM pins a torch other than the project's. For the full paper run replace GOLD/CACHE by the CiteVQA gold (`python -m data_prep
 # citevqa`) and its cache (`python -m data_prep blocks`), and add JUDGE_URL/JUDGE_MODEL for the judge metrics.
 # CITEVQA_DIR (a checkout of opendatalab/CiteVQA) gives the paper's prompts: CiteVQA's inference prompt for the
 # coordinate run and CiteVQA's two-call judge; without it the coordinate run uses our prompt
@@ -30,7 +32,22 @@ set -euo pipefail
 MODEL=${MODEL:?set MODEL to the base model folder or name}
 LORA=${LORA:-}
 OUT=${1:-gpu_smoke_out}
-PY=${PY:-python}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+# The server venv and the HF_HOME of the set-up step, as launch/setup.py names them.
+setup_py=$REPO/.venv/bin/python
+[[ -x $setup_py ]] || setup_py=python3
+setup_vars=$(PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$setup_py" -m launch.setup shell) ||
+  { echo "error: \`python -m launch.setup shell\` failed (above)" >&2; exit 1; }
+eval "$setup_vars"
+if [[ -z ${PY:-} ]]; then
+  PY=$QC_SERVER_PY
+  [[ -f $QC_SERVER_ENV/$QC_ENV_STAMP && -x $PY ]] ||
+    { echo "error: the server venv $QC_SERVER_ENV is not built; run: python -m launch.setup setup --only server (or set PY)" >&2; exit 1; }
+fi
+vllm_version=$("$PY" -c 'from importlib.metadata import version; print(version("vllm"))' 2>/dev/null) ||
+  { echo "error: $PY has no vllm; run: python -m launch.setup setup --only server (or set PY to a python with vLLM)" >&2; exit 1; }
+echo "gpu smoke: python $(command -v "$PY" || echo "$PY") (vLLM $vllm_version), HF_HOME ${QC_HF_HOME}"
+export HF_HOME=$QC_HF_HOME HF_HUB_CACHE=$QC_HF_HOME/hub
 GOLD=${GOLD:-$OUT/demo/eval/gold.jsonl}
 CACHE=${CACHE:-$OUT/demo/cache}
 

@@ -41,6 +41,8 @@
 #   QUOTECITE_POLICY_MODEL   base model (default: the recipe's worker.actor.model.model_path)
 #   QUOTECITE_EVAL_INFER_ARGS, QUOTECITE_EVAL_RESOLVE_ARGS, QUOTECITE_EVAL_SCORE_ARGS: extra flags
 #   QUOTECITE_INFER_CMD      program for inference (default "<server venv>/bin/python -m eval infer")
+#   The venvs and the models come from the set-up step (python -m launch.setup setup, fetch-models; see status);
+#   the job prints which python runs each step and stops, naming the command, when one is missing.
 #   QUOTECITE_EVAL_SHARDS    array mode: number of inference shards (default 0: one job, as above)
 #   QUOTECITE_EVAL_TASKS     array mode: task ids to submit (default 1-N, e.g. "3,5")
 #   QUOTECITE_EVAL_SBATCH_ARGS  array mode: extra sbatch options for both jobs (e.g. "--partition=gpu")
@@ -84,15 +86,38 @@ QC_RUN_DIR=$(realpath -m "${QUOTECITE_RUN_DIR:-$QC_REPO/runs/qwen3vl_8b_grpo}")
 QC_RECIPE=$(realpath -m "${QUOTECITE_RECIPE:-$QC_REPO/recipes/qwen3vl_8b_grpo.yaml}")
 
 qc_software
-if [[ ${QUOTECITE_ENV_SETUP:-1} == 1 ]]; then
-  QC_DEFAULT_INFER="$QC_SERVER_PY -m eval infer"
-else
-  QC_DEFAULT_INFER="python3 -m eval infer"
-fi
-qc_pick_python
+# Which python runs each step (said, never a silent fallback): `eval infer` the server venv's (vLLM), `eval
+# resolve`/`eval score` and the helpers QUOTECITE_PYTHON, else the project's .venv, else the server venv's.
+# QUOTECITE_ENV_SETUP=0: python3 on PATH for inference. A missing one stops the job with the command that makes it.
+qc_eval_pythons() {
+  local infer_what py_what
+  if [[ -n ${QUOTECITE_INFER_CMD:-} ]]; then
+    QC_DEFAULT_INFER=$QUOTECITE_INFER_CMD infer_what="QUOTECITE_INFER_CMD"
+  elif [[ ${QUOTECITE_ENV_SETUP:-1} == 1 ]]; then
+    QC_DEFAULT_INFER="$QC_SERVER_PY -m eval infer" infer_what="the server venv, vLLM $QC_VLLM_SERVER_VERSION"
+  elif command -v python3 >/dev/null; then
+    QC_DEFAULT_INFER="$(command -v python3) -m eval infer" infer_what="python3 on PATH, QUOTECITE_ENV_SETUP=0"
+  else
+    qc_die "no python3 on PATH for eval infer (QUOTECITE_ENV_SETUP=0); set QUOTECITE_INFER_CMD, or use the server venv: python -m launch.setup setup --only server"
+  fi
+  if [[ -n ${QUOTECITE_PYTHON:-} ]]; then
+    QC_PY=$QUOTECITE_PYTHON py_what="QUOTECITE_PYTHON"
+  elif [[ -x $QC_REPO/.venv/bin/python ]]; then
+    QC_PY=$QC_REPO/.venv/bin/python py_what="the project's .venv"
+  elif [[ ${QUOTECITE_ENV_SETUP:-1} == 1 && ($QC_DRY_RUN == 1 || -x $QC_SERVER_PY) ]]; then
+    QC_PY=$QC_SERVER_PY py_what="the server venv, vLLM $QC_VLLM_SERVER_VERSION"
+  else
+    qc_die "no python for eval resolve/score: neither $QC_REPO/.venv (make install) nor the server venv (python -m launch.setup setup --only server); or set QUOTECITE_PYTHON"
+  fi
+  QC_PYTHONS_SAID=("eval infer:          $QC_DEFAULT_INFER ($infer_what)"
+    "eval resolve, score: $QC_PY ($py_what)")
+  # the dry run prints them in its header
+  [[ $QC_DRY_RUN == 1 ]] || for infer_what in "${QC_PYTHONS_SAID[@]}"; do qc_log "python for $infer_what"; done
+}
+qc_eval_pythons
 read -r -a QC_JUDGE_CMD <<<"${QUOTECITE_JUDGE_CMD:-$QC_DEFAULT_SERVE}"
 read -r -a QC_EMBED_CMD <<<"${QUOTECITE_EMBED_CMD:-$QC_DEFAULT_SERVE}"
-read -r -a QC_INFER_CMD <<<"${QUOTECITE_INFER_CMD:-$QC_DEFAULT_INFER}"
+read -r -a QC_INFER_CMD <<<"$QC_DEFAULT_INFER"
 
 # What to evaluate.
 if [[ -n ${QUOTECITE_EVAL_STEP:-} ]]; then
@@ -206,6 +231,7 @@ if [[ $QC_SHARDS == 0 ]]; then
 # checkpoint      step $QC_STEP: $QC_ADAPTER$([[ $QC_STEP == 0 ]] && echo " (none yet: the run's last complete checkpoint when the job runs)")
 # base model      ${QC_POLICY_MODEL:-<QUOTECITE_POLICY_MODEL>}
 # output          $QC_OUT
+$(printf '# python          %s\n' "${QC_PYTHONS_SAID[@]}")
 # GPU split       base inference CUDA_VISIBLE_DEVICES=$QC_GPU_BASE, LoRA inference CUDA_VISIBLE_DEVICES=$QC_GPU_LORA; judge + embedder CUDA_VISIBLE_DEVICES=$QC_SERVER_GPUS
 # 1. servers on GPU $QC_SERVER_GPUS, one after the other
 EOT
@@ -258,6 +284,7 @@ if [[ -z $QC_PHASE ]]; then # submit the array and the scoring job
 # checkpoint      step $QC_STEP: $QC_ADAPTER$([[ $QC_STEP == 0 ]] && echo " (none yet: the run's last complete checkpoint at submission)")
 # base model      ${QC_POLICY_MODEL:-<QUOTECITE_POLICY_MODEL>}
 # output          $QC_OUT
+$(printf '# python          %s\n' "${QC_PYTHONS_SAID[@]}")
 # shards          $QC_SHARDS (1-based, by a hash of the gold index), array tasks $QC_TASKS
 EOT
   if [[ -f $QC_GOLD ]]; then

