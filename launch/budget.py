@@ -1,0 +1,670 @@
+"""What a training run needs before it starts: host memory per node, checkpoint disk, and a ``save_freq`` that fits
+the stop grace (issue 20, items 6, 8 and 10).
+
+``python -m launch.budget memory --recipe recipes/qwen3vl_8b_grpo.yaml`` prints the ``#SBATCH --mem=`` value (the
+first line, e.g. ``141G``) and the table of parts it is made of; ``disk --recipe R --run-dir D`` checks the
+checkpoints the run will keep against the free space of D's filesystem (exit 3 when they cannot fit); ``save-freq
+--run-dir D`` compares ``save_freq`` x the measured step time with the stop grace. Units: GiB (2**30 bytes), which
+is what Slurm's ``G`` means.
+
+Every number comes from EasyR1 at b44b311 (read in ``verl/``) or is an assumption named by a constant below.
+
+**Host memory** (:func:`memory_estimate`), for one node that holds the trainer's first rank and both servers (the
+one-node layout; on several nodes it is an upper bound for every node). Parts are tagged with the phase they live
+in: ``start`` parts are gone before ``training`` parts appear, ``always`` parts stay; the total is
+``always + max(start, training)``, plus :data:`MEMORY_MARGIN`, rounded up to a whole GiB.
+
+- *policy load on rank 0* (``start``): with ``worker.actor.fsdp.enable_rank0_init`` (the recipe's setting) global
+  rank 0 alone loads the whole policy with ``from_pretrained(device_map="cpu")`` in ``fsdp.torch_dtype``, which
+  EasyR1 defaults to fp32 for the actor (``fsdp_workers._build_model_optimizer``): params x 4 bytes. FSDP then moves
+  the shards to the GPUs (``sync_module_states``) before ``_build_rollout`` creates vLLM, so this copy and vLLM's
+  never coexist. Without rank-0 init every rank loads straight onto its GPU (0 here).
+- *vLLM sleep-mode weights* (``training``): every trainer GPU runs one vLLM engine (``vllm_rollout_spmd``,
+  ``enable_sleep_mode=True``), put to ``sleep(level=1)`` after each rollout; level 1 backs the weights up in (pinned)
+  host memory and drops the KV cache. One copy per engine in ``rollout.dtype`` (bf16 by default: 2 bytes), of
+  1/``tensor_parallel_size`` of the model: params x 2 x GPUs / TP per node. With LoRA the engine holds the base
+  weights (loaded from the checkpoint) and the adapter; the adapter is counted in the checkpoint part.
+- *checkpoint staging* (``training``): ``FSDPCheckpointManager.save_checkpoint`` calls ``get_state_dict(...,
+  cpu_offload=True)``: each rank copies its model and optimizer shards to host memory before ``torch.save``; a
+  node holds its share (its GPUs / all GPUs) of the model + optimizer state (:func:`checkpoint_bytes`).
+- *actor image cache* (``training``): ``FSDPWorker._process_multi_modal_inputs`` keeps the image processor's
+  ``pixel_values`` of the worker's share of the batch on the CPU for the whole update: float32, 3 channels x 2
+  temporal copies per pixel (:data:`PIXEL_VALUE_BYTES` = 24 bytes per pixel), for ``ceil(data.rollout_batch_size /
+  world size)`` prompts of ``rollout.limit_images`` pages of ``data.max_pixels`` pixels each (the caps: the
+  balanced share of prompts and the largest pages; ``_balance_batch`` may give one worker more prompts, which the
+  margin is for).
+- *data loader* (``training``): EasyR1's ``create_dataloader`` starts :data:`DATALOADER_WORKERS` workers; each one
+  holds one prompt's pixel values while it tokenizes (``RLHFDataset.__getitem__`` runs the processor on every page),
+  plus a Python process (:data:`PROCESS_GIB`).
+- *Ray and the trainer processes* (``always``): the driver, GCS, raylet and dashboard (:data:`RAY_BASE_GIB`), one
+  ``FSDPWorker`` process per trainer GPU and EasyR1's two reward actors (train and validation,
+  ``verl/trainer/main.py``), :data:`PROCESS_GIB` each (torch, CUDA's host side, NCCL buffers, the reward's clients).
+- *judge / embedder servers* (``always``): each ``vllm serve`` (API server + engine core) :data:`SERVER_GIB`; their
+  weights are memory-mapped safetensors (page cache, reclaimable), not counted.
+
+**Checkpoint disk** (:func:`checkpoint_bytes`), per saved step, from ``FSDPCheckpointManager.save_checkpoint`` and
+``RayPPOTrainer._save_checkpoint``: every rank writes ``model_world_size_W_rank_R.pt`` (its shard of the full
+state dict), ``optim_...pt`` (AdamW's ``exp_avg`` and ``exp_avg_sq``: 8 bytes per *trainable* parameter) and
+``extra_state_...pt`` (LR scheduler and RNG states, :data:`EXTRA_STATE_BYTES` per rank); rank 0 adds
+``huggingface/`` (config and processor files, :data:`HF_FILES_BYTES`) and, with LoRA, ``lora_adapter/
+adapter_model.safetensors`` (the adapter in fp32); then ``dataloader.pt`` (:data:`DATALOADER_BYTES`). With LoRA
+(``lora.rank`` > 0) the frozen base weights are cast to bf16 (2 bytes) and only the adapter is trainable (fp32: 4
+bytes in the model state, 8 in the optimizer); without, the model is the actor dtype (fp32: 4 bytes) and the
+optimizer counts every parameter (an upper bound: a frozen vision tower has no optimizer state).
+``save_model_only`` drops the optimizer and extra states. The run keeps ``trainer.save_limit`` step folders
+(``remove_obsolete_ckpt`` prunes to ``save_limit - 1`` *before* writing the next one; with ``save_limit`` 1 the best
+step is kept besides the newest: 2); ``-1``/None keeps all: ``ceil(max_steps / save_freq)`` (the last step is
+always saved).
+
+**Step time** (:func:`measured_step_seconds`): EasyR1's ``file`` logger writes one line per step with
+``compute_timing_metrics``' ``timing_s/step`` (unflattened: ``{"timing_s": {"step": ...}}``), the whole step,
+checkpoint and validation included; the median of the run's steps keeps the rare long ones out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import shutil
+import stat
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_prep.io import loads_record, open_regular, read_json
+from data_prep.types import InputError
+from data_prep.validate import bounded_float, finite, nonneg_int, positive_float, positive_int
+from launch.run_files import CHECKPOINT_TRACKER, INCOMPLETE_DIR, STEP_DIR_RE
+from recipes.reader import RecipeError, dig, load_recipe
+
+GIB = 2**30
+
+# ----------------------------------------------------------------------------- assumptions (see the docstring)
+MEMORY_MARGIN = 0.15
+"""Added to the host-memory sum: allocator slack, the uneven share of prompts, what no part names."""
+PIXEL_VALUE_BYTES = 24
+"""Bytes of Qwen-VL ``pixel_values`` per image pixel: float32 x 3 channels x ``temporal_patch_size`` 2."""
+DATALOADER_WORKERS = 8
+"""``num_workers`` of EasyR1's training DataLoader (``verl/trainer/data_loader.py``)."""
+PROCESS_GIB = 4.0
+"""Host memory of one Python process with torch and CUDA (a Ray worker, a reward actor); 1 GiB of it for a data
+loader worker (no CUDA), see :data:`LOADER_PROCESS_GIB`."""
+LOADER_PROCESS_GIB = 1.0
+RAY_BASE_GIB = 4.0
+"""The trainer's driver, Ray's GCS, raylet and dashboard together."""
+REWARD_ACTORS = 2
+"""EasyR1 starts two reward managers (train and validation) as Ray actors."""
+SERVER_GIB = 8.0
+"""One ``vllm serve`` process pair (API server and engine core) outside its GPU memory."""
+EXTRA_STATE_BYTES = 64 * 1024
+"""``extra_state_world_size_W_rank_R.pt``: LR scheduler and the CPU/CUDA/numpy/random RNG states."""
+HF_FILES_BYTES = 20 * 10**6
+"""``actor/huggingface/``: config, generation config, tokenizer and processor files (Qwen's tokenizer.json ~11 MB)."""
+DATALOADER_BYTES = 10**6
+"""``dataloader.pt``: the StatefulDataLoader's position and sampler state."""
+DEFAULT_STOP_GRACE_S = 3000
+"""Seconds from SIGUSR1 until the trainer is stopped regardless (``QUOTECITE_STOP_GRACE`` of the launch)."""
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+LORA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """What the estimates need of a model: its parameter count and its language model's linear shapes."""
+
+    params: int
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+    def lora_params(self, rank: int, targets: str = "all-linear") -> int:
+        """Parameters of a LoRA adapter of ``rank`` on the language model's linear layers: ``rank x (in + out)``
+        per targeted layer (PEFT's ``all-linear`` takes every linear but the LM head; the recipe keeps the vision
+        tower out with ``exclude_modules``)."""
+        q, kv, h, i = self.heads * self.head_dim, self.kv_heads * self.head_dim, self.hidden, self.intermediate
+        shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                  "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}  # fmt: skip
+        if targets.strip() == "all-linear":
+            names = list(LORA_LINEARS)
+        else:
+            names = [t.strip() for t in targets.split(",") if t.strip()]
+            unknown = [n for n in names if n not in shapes]
+            if unknown:
+                raise InputError(f"lora.target_modules: {', '.join(unknown)} not among {', '.join(LORA_LINEARS)}")
+        return self.layers * sum(rank * (shapes[n][0] + shapes[n][1]) for n in names)
+
+
+KNOWN_MODELS = {
+    "qwen3-vl-8b-instruct": ModelArch(8_767_123_696, 36, 4096, 12288, 32, 8, 128),
+}
+"""By the model id's last component, lower case. Qwen3-VL-8B-Instruct: the published 8.77B parameters and its
+shapes (``tests/support/tiny_qwen3vl.py``'s ``QWEN3_VL_8B``, counted from transformers in
+``tests/eval/test_attention_attrib.py``)."""
+
+
+# --------------------------------------------------------------------------------------------- models
+def params_b_from_id(model: str) -> float | None:
+    """The parameter count in billions that a model id carries (``Qwen/Qwen3-VL-8B-Instruct`` -> 8; the larger
+    number when there are several, as in ``Qwen3-30B-A3B``); None when it carries none.
+
+    >>> params_b_from_id("Qwen/Qwen3-VL-8B-Instruct"), params_b_from_id("org/llama-3.1-70b"), params_b_from_id("x/y")
+    (8.0, 70.0, None)
+    """
+    name = model.rstrip("/").rsplit("/", 1)[-1]
+    found = [float(m.group(1)) for m in re.finditer(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])", name)]
+    return max(found) if found else None
+
+
+def model_arch(model: str) -> ModelArch | None:
+    """The shapes of ``model``: a local folder's ``config.json`` (``text_config`` for a vision-language model),
+    else :data:`KNOWN_MODELS`; None when neither knows it."""
+    cfg_path = Path(model) / "config.json"
+    if cfg_path.is_file():
+        cfg = read_json(cfg_path, "model config")
+        text = cfg.get("text_config", cfg) if isinstance(cfg, dict) else {}
+        try:
+            heads = int(text["num_attention_heads"])
+            hidden = int(text["hidden_size"])
+            known = KNOWN_MODELS.get(Path(model).name.lower())
+            return ModelArch(
+                params=known.params if known else 0,
+                layers=int(text["num_hidden_layers"]),
+                hidden=hidden,
+                intermediate=int(text["intermediate_size"]),
+                heads=heads,
+                kv_heads=int(text.get("num_key_value_heads", heads)),
+                head_dim=int(text.get("head_dim") or hidden // heads),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{cfg_path}: not a transformer config with layer shapes ({e})") from None
+    return KNOWN_MODELS.get(model.rstrip("/").rsplit("/", 1)[-1].lower())
+
+
+def model_params(model: str, params_b: float | None = None) -> tuple[int, str]:
+    """(parameters, where the number comes from): ``params_b`` when given, else the known count of the model,
+    else the number its id carries; :class:`InputError` when none says."""
+    if params_b is not None:
+        return round(params_b * 1e9), f"--params-b {params_b:g}"
+    arch = model_arch(model)
+    if arch and arch.params:
+        return arch.params, f"published count of {model}"
+    if (b := params_b_from_id(model)) is not None:
+        return round(b * 1e9), f"{b:g}B from the model id {model}"
+    raise InputError(f"cannot tell the parameter count of model {model!r}: pass --params-b (billions)")
+
+
+# --------------------------------------------------------------------------------------------- checkpoints
+@dataclass(frozen=True)
+class CheckpointSize:
+    """Bytes of one saved step (``global_step_N/``), by file kind."""
+
+    model: int
+    optim: int
+    extra: int
+    lora_adapter: int
+    small: int
+    """``huggingface/`` and ``dataloader.pt``."""
+
+    @property
+    def total(self) -> int:
+        return self.model + self.optim + self.extra + self.lora_adapter + self.small
+
+    @property
+    def state(self) -> int:
+        """What ranks stage in host memory while saving: model and optimizer shards."""
+        return self.model + self.optim
+
+
+def checkpoint_bytes(
+    params: int,
+    lora_params: int = 0,
+    world_size: int = 1,
+    save_model_only: bool = False,
+    actor_dtype_bytes: int = 4,
+) -> CheckpointSize:
+    """One EasyR1 checkpoint of a policy of ``params`` parameters (see the module docstring): with
+    ``lora_params`` > 0, bf16 base + fp32 adapter and optimizer state for the adapter only."""
+    if lora_params > 0:
+        model = params * 2 + lora_params * 4
+        trainable = lora_params
+        adapter = lora_params * 4
+    else:
+        model = params * actor_dtype_bytes
+        trainable = params
+        adapter = 0
+    optim = 0 if save_model_only else trainable * 8
+    extra = 0 if save_model_only else EXTRA_STATE_BYTES * world_size
+    return CheckpointSize(model, optim, extra, adapter, HF_FILES_BYTES + DATALOADER_BYTES)
+
+
+def kept_checkpoints(save_limit: int | None, max_steps: int | None, save_freq: int) -> int:
+    """How many step folders the run holds at most (see the module docstring)."""
+    if save_limit is not None and save_limit > 0:
+        return max(save_limit, 2) if save_limit == 1 else save_limit
+    if max_steps is None:
+        raise InputError("trainer.save_limit keeps every checkpoint: the count needs max_steps (pass --max-steps)")
+    return max(1, math.ceil(max_steps / save_freq)) if save_freq > 0 else 1
+
+
+def _mount_point(path: Path) -> Path:
+    p = path.resolve()
+    while not os.path.ismount(p) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _existing(path: Path) -> Path:
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_disk(run_dir: str | Path, need_bytes: int, margin: float = 0.1, what: str = "") -> tuple[str, str]:
+    """(level, message) for ``need_bytes`` more on the filesystem of ``run_dir`` (or its nearest existing parent):
+    ``refuse`` when they do not fit the free space, ``warn`` when they fit but leave less than ``margin`` x need
+    over, else ``ok``. ``what`` explains the need (``5 checkpoints x 18.3 GiB``)."""
+    where = _existing(Path(run_dir))
+    free = shutil.disk_usage(where).free
+    mount = _mount_point(where)
+    detail = f" ({what})" if what else ""
+    text = f"need {need_bytes / GIB:.1f} GiB{detail}; free {free / GIB:.1f} GiB on {mount} (holding {run_dir})"
+    if free < need_bytes:
+        return "refuse", f"not enough disk: {text}; free space or lower trainer.save_limit"
+    if free < need_bytes * (1 + margin):
+        return "warn", f"disk nearly full: {text}, less than {margin:.0%} to spare"
+    return "ok", text
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the regular files at or under ``path`` (links are not followed and count nothing)."""
+    if path.is_symlink():
+        return 0
+    if not path.is_dir():
+        return path.stat().st_size if path.is_file() else 0
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = (Path(root) / name).lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
+@dataclass
+class Pruned:
+    removed: list[str] = field(default_factory=list)
+    """Names in ``incomplete/`` that were removed."""
+    kept: list[str] = field(default_factory=list)
+    freed_bytes: int = 0
+
+
+_INCOMPLETE_RE = re.compile(rf"(?:global_step_\d+|{re.escape(CHECKPOINT_TRACKER)})\..+")
+_PRUNING = ".pruning-"
+
+
+def prune_incomplete(ckpt_dir: str | Path, keep: int = 1) -> Pruned:
+    """Remove what :func:`launch.checkpoints.repair_checkpoints` moved aside into ``ckpt_dir/incomplete/``
+    (``global_step_N.<tag>`` folders of torn saves and newer-than-resume steps, ``checkpoint_tracker.json.<tag>``),
+    all but the ``keep`` newest step folders (by the time they were moved there): the newest torn save is kept for
+    a post-mortem, the older ones only take disk. Nothing else in the folder is touched. Each entry is first
+    renamed to ``.pruning-<name>`` (one atomic step: a reader never sees half a folder under its name), then
+    deleted; leftovers of an interrupted prune are deleted too. Symbolic links are removed, never followed."""
+    inc = Path(ckpt_dir) / INCOMPLETE_DIR
+    out = Pruned()
+    if not inc.is_dir():
+        return out
+    entries = [p for p in inc.iterdir() if _INCOMPLETE_RE.fullmatch(p.name)]
+    steps = sorted((p for p in entries if p.name.startswith("global_step_") and not p.is_symlink() and p.is_dir()),
+                   key=lambda p: p.lstat().st_mtime, reverse=True)  # fmt: skip
+    keep_set = {p.name for p in steps[: max(keep, 0)]}
+    victims = [p for p in entries if p.name not in keep_set]
+    victims += [p for p in inc.iterdir() if p.name.startswith(_PRUNING)]
+    for p in sorted(victims):
+        size = _tree_bytes(p)
+        if p.name.startswith(_PRUNING):
+            doomed, name = p, p.name[len(_PRUNING) :]
+        else:
+            doomed, name = inc / f"{_PRUNING}{p.name}", p.name
+            os.replace(p, doomed)
+        if doomed.is_dir() and not doomed.is_symlink():
+            shutil.rmtree(doomed)
+        else:
+            doomed.unlink()
+        out.removed.append(name)
+        out.freed_bytes += size
+    out.kept = sorted(keep_set)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- step time
+def _timing(row: dict) -> float | None:
+    v = row.get("timing_s/step")
+    if v is None and isinstance(row.get("timing_s"), dict):
+        v = row["timing_s"].get("step")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+        return float(v)
+    return None
+
+
+def _step_times(path: Path) -> dict[int, float]:
+    out: dict[int, float] = {}
+    if not path.is_file():
+        return out
+    with open_regular(path) as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.decode("utf-8", errors="replace").strip()
+            if not line:
+                continue
+            try:
+                row = loads_record(line, f"{path}:{n}")
+            except InputError:  # a line torn by a killed job
+                continue
+            if isinstance(row, dict) and isinstance(row.get("step"), int) and (t := _timing(row)) is not None:
+                out[row["step"]] = t
+    return out
+
+
+def measured_step_seconds(run_dir: str | Path) -> float | None:
+    """The median ``timing_s/step`` of the run's steps: from the merged ``run_log.jsonl`` when it has any, else
+    from every segment's ``experiment_log.jsonl`` (a rerun step counts once, its last record); None before the
+    first logged step."""
+    run_dir = Path(run_dir)
+    times = _step_times(run_dir / "run_log.jsonl")
+    if not times:
+        for log in sorted((run_dir / "segments").glob("*/experiment_log.jsonl")):
+            times.update(_step_times(log))
+    return statistics.median(times.values()) if times else None
+
+
+def save_freq_check(save_freq: int, step_s: float, grace_s: float) -> str | None:
+    """A warning when ``save_freq`` steps take longer than the stop grace: after SIGUSR1 the launch waits for the
+    next checkpoint at most ``grace_s`` seconds, so a job stopped later than that loses up to ``save_freq`` steps,
+    at every requeue. Names the largest ``save_freq`` that fits; None when it fits."""
+    if step_s <= 0 or not math.isfinite(step_s):
+        raise InputError(f"step time {step_s!r}: expected a positive number of seconds")
+    fits = math.floor(grace_s / step_s)
+    if save_freq <= 0:
+        return (f"trainer.save_freq={save_freq}: checkpoints only at the end of training, so every stop loses the "
+                f"job's steps; trainer.save_freq={max(fits, 1)} fits the {grace_s:g} s stop grace")  # fmt: skip
+    if save_freq * step_s <= grace_s:
+        return None
+    head = (f"trainer.save_freq={save_freq} x {step_s:.0f} s per step = {save_freq * step_s:.0f} s exceeds the "
+            f"stop grace of {grace_s:g} s (QUOTECITE_STOP_GRACE): a job stopped after SIGUSR1 may lose up to "
+            f"{save_freq} steps at every requeue; ")  # fmt: skip
+    if fits < 1:
+        return head + "even one step is longer than the grace: raise QUOTECITE_STOP_GRACE and the --signal offset"
+    return head + f"trainer.save_freq={fits} fits"
+
+
+# --------------------------------------------------------------------------------------------- memory
+@dataclass
+class Estimate:
+    """Host memory of one node: ``parts`` as (part, GiB, why), their phases, and the total to request."""
+
+    parts: list[tuple[str, float, str]]
+    phases: list[str]
+    margin: float
+    total_gib: int
+    """``always + max(start, training)`` plus the margin, rounded up."""
+
+    @property
+    def sbatch_mem(self) -> str:
+        """The value of ``#SBATCH --mem=``."""
+        return f"{self.total_gib}G"
+
+    def table(self) -> str:
+        w = max(len(p) for p, _, _ in self.parts)
+        lines = [f"{'part':<{w}}  {'GiB':>6}  {'phase':<8}  why"]
+        for (part, gib, why), phase in zip(self.parts, self.phases, strict=True):
+            lines.append(f"{part:<{w}}  {gib:6.1f}  {phase:<8}  {why}")
+        by = {ph: sum(g for (_, g, _), p in zip(self.parts, self.phases, strict=True) if p == ph)
+              for ph in ("always", "start", "training")}  # fmt: skip
+        peak = by["always"] + max(by["start"], by["training"])
+        lines.append(f"peak = always {by['always']:.1f} + max(start {by['start']:.1f}, training "
+                     f"{by['training']:.1f}) = {peak:.1f} GiB; + {self.margin:.0%} margin -> --mem={self.sbatch_mem}")  # fmt: skip
+        return "\n".join(lines)
+
+
+def memory_estimate(
+    params_b: float,
+    n_train_gpus_per_node: int,
+    *,
+    nnodes: int = 1,
+    lora_params: int = 0,
+    tensor_parallel: int = 1,
+    rank0_init: bool = True,
+    actor_dtype_bytes: int = 4,
+    rollout_dtype_bytes: int = 2,
+    rollout_batch_size: int = 32,
+    images_per_prompt: int = 30,
+    max_pixels: int = 1_000_000,
+    save_model_only: bool = False,
+    judge_replicas: int = 1,
+    embedder: bool = True,
+    margin: float = MEMORY_MARGIN,
+) -> Estimate:
+    """Host memory of the node with rank 0 and the servers (see the module docstring for every part)."""
+    if n_train_gpus_per_node < 1 or nnodes < 1 or tensor_parallel < 1:
+        raise InputError("trainer GPUs per node, nodes and tensor_parallel_size must be at least 1")
+    p = params_b * 1e9
+    world = n_train_gpus_per_node * nnodes
+    ckpt = checkpoint_bytes(round(p), lora_params, world, save_model_only, actor_dtype_bytes)
+    page = images_per_prompt * max_pixels * PIXEL_VALUE_BYTES
+    prompts = math.ceil(rollout_batch_size / world)
+    rows: list[tuple[str, float, str, str]] = []
+    if rank0_init:
+        rows.append(("policy load (rank 0)", p * actor_dtype_bytes / GIB, "start",
+                     f"{params_b:g}B params x {actor_dtype_bytes} B on the CPU (fsdp.enable_rank0_init)"))  # fmt: skip
+    rows += [
+        ("vLLM sleep-mode weights", n_train_gpus_per_node * p * rollout_dtype_bytes / tensor_parallel / GIB,
+         "training", f"{n_train_gpus_per_node} engine(s) x {params_b:g}B x {rollout_dtype_bytes} B / TP "
+         f"{tensor_parallel} (sleep level 1 keeps weights in host memory)"),
+        ("checkpoint staging", ckpt.state * n_train_gpus_per_node / world / GIB, "training",
+         f"model+optimizer state {ckpt.state / GIB:.1f} GiB x {n_train_gpus_per_node}/{world} GPUs "
+         "(get_state_dict cpu_offload)"),
+        ("actor image cache", n_train_gpus_per_node * prompts * page / GIB, "training",
+         f"{n_train_gpus_per_node} worker(s) x {prompts} prompts x {images_per_prompt} pages x {max_pixels} px x "
+         f"{PIXEL_VALUE_BYTES} B (float32 pixel_values)"),
+        ("data loader", DATALOADER_WORKERS * (page / GIB + LOADER_PROCESS_GIB), "training",
+         f"{DATALOADER_WORKERS} workers x (one prompt's pixel_values + {LOADER_PROCESS_GIB:g} GiB process)"),
+        ("Ray and trainer processes", RAY_BASE_GIB + (n_train_gpus_per_node + REWARD_ACTORS) * PROCESS_GIB,
+         "always", f"{RAY_BASE_GIB:g} GiB driver+GCS+raylet, ({n_train_gpus_per_node} GPU workers + "
+         f"{REWARD_ACTORS} reward actors) x {PROCESS_GIB:g} GiB"),
+    ]  # fmt: skip
+    if judge_replicas:
+        rows.append(("judge server(s)", judge_replicas * SERVER_GIB, "always",
+                     f"{judge_replicas} x vllm serve {SERVER_GIB:g} GiB (weights mmapped, not counted)"))  # fmt: skip
+    if embedder:
+        rows.append(("embedder server", SERVER_GIB, "always", f"vllm serve {SERVER_GIB:g} GiB"))
+    by = {ph: sum(r[1] for r in rows if r[2] == ph) for ph in ("always", "start", "training")}
+    peak = by["always"] + max(by["start"], by["training"])
+    total = math.ceil(peak * (1 + margin) - 1e-9)
+    return Estimate([(r[0], r[1], r[3]) for r in rows], [r[2] for r in rows], margin, total)
+
+
+# --------------------------------------------------------------------------------------------- the recipe
+@dataclass(frozen=True)
+class RecipePlan:
+    """What the estimates read from a recipe."""
+
+    model: str
+    params: int
+    params_source: str
+    lora_params: int
+    n_gpus_per_node: int
+    nnodes: int
+    save_freq: int
+    save_limit: int | None
+    max_steps: int | None
+    ckpt: CheckpointSize
+    estimate: Estimate
+
+
+def _num(recipe: dict, key: str, default: Any, kind=int) -> Any:
+    v = dig(recipe, key, default)
+    if v is None:
+        return None
+    try:
+        if isinstance(v, bool):
+            raise ValueError
+        return kind(v)
+    except (TypeError, ValueError):
+        raise InputError(f"recipe {key}={v!r}: expected a number") from None
+
+
+def _dtype(recipe: dict, key: str, default: str) -> int:
+    v = dig(recipe, key, None) or default
+    if str(v).lower() not in DTYPE_BYTES:
+        raise InputError(f"recipe {key}={v!r}: expected one of {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[str(v).lower()]
+
+
+def plan_from_recipe(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    params_b: float | None = None,
+    n_gpus_per_node: int | None = None,
+    nnodes: int | None = None,
+    max_steps: int | None = None,
+    judge_replicas: int = 1,
+) -> RecipePlan:
+    """Read the recipe (and EasyR1 ``key=value`` overrides) and estimate memory and checkpoint size for it."""
+    try:
+        recipe = load_recipe(path, overrides or [])
+    except RecipeError as e:
+        raise InputError(str(e)) from None
+    model = dig(recipe, "worker.actor.model.model_path")
+    if not isinstance(model, str) or not model:
+        raise InputError(f"recipe {path}: no worker.actor.model.model_path")
+    params, source = model_params(model, params_b)
+    rank = _num(recipe, "worker.actor.model.lora.rank", 0) or 0
+    lora = 0
+    if rank > 0:
+        arch = model_arch(model)
+        if arch is None:
+            raise InputError(f"model {model!r}: its layer shapes are unknown (needed for the LoRA size); point "
+                             "worker.actor.model.model_path at a local copy with its config.json")  # fmt: skip
+        lora = arch.lora_params(rank, str(dig(recipe, "worker.actor.model.lora.target_modules", "all-linear")))
+    n = n_gpus_per_node or _num(recipe, "trainer.n_gpus_per_node", 8)
+    nodes = nnodes or _num(recipe, "trainer.nnodes", 1)
+    actor_bytes = _dtype(recipe, "worker.actor.fsdp.torch_dtype", "fp32")
+    save_model_only = bool(dig(recipe, "trainer.save_model_only", False))
+    ckpt = checkpoint_bytes(params, lora, n * nodes, save_model_only, actor_bytes)
+    est = memory_estimate(
+        params / 1e9,
+        n,
+        nnodes=nodes,
+        lora_params=lora,
+        tensor_parallel=_num(recipe, "worker.rollout.tensor_parallel_size", 2),
+        rank0_init=bool(dig(recipe, "worker.actor.fsdp.enable_rank0_init", True)),
+        actor_dtype_bytes=actor_bytes,
+        rollout_dtype_bytes=_dtype(recipe, "worker.rollout.dtype", "bf16"),
+        rollout_batch_size=_num(recipe, "data.rollout_batch_size", 512),
+        images_per_prompt=_num(recipe, "worker.rollout.limit_images", 0) or 1,
+        max_pixels=_num(recipe, "data.max_pixels", 4194304),
+        save_model_only=save_model_only,
+        judge_replicas=judge_replicas,
+    )
+    return RecipePlan(
+        model, params, source, lora, n, nodes,
+        save_freq=_num(recipe, "trainer.save_freq", -1),
+        save_limit=_num(recipe, "trainer.save_limit", -1),
+        max_steps=max_steps if max_steps is not None else _num(recipe, "trainer.max_steps", None),
+        ckpt=ckpt, estimate=est,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------- CLI
+def _recipe_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recipe", required=True, help="EasyR1 recipe YAML (e.g. recipes/qwen3vl_8b_grpo.yaml)")
+    p.add_argument("--params-b", type=positive_float, help="policy parameters in billions (default: from the model)")
+    p.add_argument("--train-gpus-per-node", type=positive_int, help="default: the recipe's trainer.n_gpus_per_node")
+    p.add_argument("--nnodes", type=positive_int, help="trainer nodes (default: the recipe's trainer.nnodes)")
+    p.add_argument("overrides", nargs="*", help="EasyR1 key=value overrides, as the launch passes them")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="what", required=True)
+    m = sub.add_parser("memory", help="host memory per node: the #SBATCH --mem= value, then its parts")
+    _recipe_args(m)
+    m.add_argument("--judge-replicas", type=nonneg_int, default=1, help="judge servers on the node (default 1)")
+    d = sub.add_parser("disk", help="checkpoint disk use against free space (exit 3 when it cannot fit)")
+    _recipe_args(d)
+    d.add_argument("--run-dir", required=True, help="the run folder (its checkpoints/ holds the step folders)")
+    d.add_argument("--max-steps", type=positive_int, help="needed when trainer.save_limit keeps every checkpoint")
+    d.add_argument("--margin", type=bounded_float(0.0, 10.0), default=0.1, help="warn under this spare fraction")
+    s = sub.add_parser("save-freq", help="warn when save_freq x the measured step time exceeds the stop grace")
+    s.add_argument("--run-dir", required=True)
+    s.add_argument("--save-freq", type=int, help="default: the recipe's trainer.save_freq")
+    s.add_argument("--recipe", help="recipe to read trainer.save_freq from")
+    s.add_argument("--grace", type=finite, default=DEFAULT_STOP_GRACE_S, help="seconds from SIGUSR1 to the stop")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.what == "memory":
+        plan = plan_from_recipe(args.recipe, args.overrides, args.params_b, args.train_gpus_per_node, args.nnodes,
+                                judge_replicas=args.judge_replicas)  # fmt: skip
+        print(plan.estimate.sbatch_mem)
+        print(f"# {plan.model}: {plan.params / 1e9:.3f}B params ({plan.params_source}); {plan.n_gpus_per_node} "
+              f"trainer GPU(s) per node x {plan.nnodes} node(s); LoRA params {plan.lora_params}")  # fmt: skip
+        print(plan.estimate.table())
+        return 0
+    if args.what == "disk":
+        plan = plan_from_recipe(args.recipe, args.overrides, args.params_b, args.train_gpus_per_node, args.nnodes,
+                                max_steps=args.max_steps)  # fmt: skip
+        kept = kept_checkpoints(plan.save_limit, plan.max_steps, plan.save_freq)
+        ckpt_dir = Path(args.run_dir) / "checkpoints"
+        have = [p for p in (ckpt_dir.iterdir() if ckpt_dir.is_dir() else []) if STEP_DIR_RE.match(p.name)]
+        held = sum(_tree_bytes(p) for p in have)
+        need = max(0, kept * plan.ckpt.total - held)
+        what = f"{kept} checkpoints x {plan.ckpt.total / GIB:.1f} GiB"
+        if held:
+            what += f" less {held / GIB:.1f} GiB already in {len(have)} step folder(s)"
+        level, message = check_disk(args.run_dir, need, args.margin, what)
+        print(("error: " if level == "refuse" else "warning: " if level == "warn" else "ok: ") + message,
+              file=sys.stderr if level != "ok" else sys.stdout)  # fmt: skip
+        return 3 if level == "refuse" else 0
+    save_freq = args.save_freq
+    if save_freq is None:
+        if not args.recipe:
+            raise InputError("save-freq: pass --save-freq or --recipe")
+        try:
+            save_freq = _num(load_recipe(args.recipe), "trainer.save_freq", -1)
+        except RecipeError as e:
+            raise InputError(str(e)) from None
+    step_s = measured_step_seconds(args.run_dir)
+    if step_s is None:
+        print(f"no step time measured yet in {args.run_dir} (no timing_s/step in its logs)")
+        return 0
+    warning = save_freq_check(save_freq, step_s, args.grace)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    else:
+        print(f"ok: save_freq={save_freq} x {step_s:.0f} s per step fits the {args.grace:g} s stop grace")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launch.budget", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

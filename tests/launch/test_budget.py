@@ -1,0 +1,329 @@
+"""launch/budget.py: host memory, checkpoint disk, pruning ``incomplete/`` and the save_freq check (issue 20, items
+6, 8, 10). The 8B recipe's numbers are worked out here by hand from the assumptions the module documents."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from data_prep.types import InputError
+from launch import budget
+from launch.budget import (
+    GIB,
+    check_disk,
+    checkpoint_bytes,
+    kept_checkpoints,
+    measured_step_seconds,
+    memory_estimate,
+    model_params,
+    params_b_from_id,
+    plan_from_recipe,
+    prune_incomplete,
+    save_freq_check,
+)
+from launch.checkpoints import find_resume_point, repair_checkpoints
+from launch.merge import merge_run_log
+from launch.segments import new_segment
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = REPO / "recipes" / "qwen3vl_8b_grpo.yaml"
+
+# Qwen3-VL-8B-Instruct (tests/support/tiny_qwen3vl.py QWEN3_VL_8B): 8,767,123,696 parameters; language model of 36
+# layers, hidden 4096, MLP 12288, 32 query heads and 8 KV heads of 128.
+P = 8_767_123_696
+# LoRA rank 64 on q, k, v, o, gate, up, down of every layer: rank x (in + out) each.
+PER_LAYER = (4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096) + 2 * (4096 + 12288) + (12288 + 4096)
+L = 36 * 64 * PER_LAYER
+
+
+def test_lora_size_by_hand():
+    assert PER_LAYER == 75776 and L == 174_587_904
+    plan = plan_from_recipe(RECIPE)
+    assert (plan.params, plan.lora_params, plan.n_gpus_per_node, plan.nnodes) == (P, L, 2, 1)
+
+
+def test_checkpoint_of_the_8b_recipe():
+    """bf16 base + fp32 adapter in the model shards, AdamW's two fp32 moments for the adapter, per-rank extra
+    state, the adapter again as safetensors, the small files."""
+    c = plan_from_recipe(RECIPE).ckpt
+    assert c.model == P * 2 + L * 4
+    assert c.optim == L * 8
+    assert c.extra == 2 * 64 * 1024
+    assert c.lora_adapter == L * 4
+    assert c.small == 20_000_000 + 1_000_000
+    assert c.total == P * 2 + L * (4 + 8 + 4) + 131_072 + 21_000_000
+    assert round(c.total / GIB, 1) == 19.0  # the issue's "about 19 GB" per checkpoint
+    # the recipe keeps save_limit=5 folders
+    assert kept_checkpoints(5, None, 4) == 5
+
+
+def test_checkpoint_without_lora_and_model_only():
+    c = checkpoint_bytes(10**9, 0, world_size=4)
+    assert (c.model, c.optim, c.extra, c.lora_adapter) == (4 * 10**9, 8 * 10**9, 4 * 64 * 1024, 0)
+    m = checkpoint_bytes(10**9, 0, world_size=4, save_model_only=True)
+    assert (m.model, m.optim, m.extra) == (4 * 10**9, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("save_limit", "max_steps", "save_freq", "want"),
+    [(5, None, 4, 5), (1, None, 4, 2), (-1, 100, 4, 25), (None, 101, 4, 26), (-1, 3, 0, 1)],
+)
+def test_kept_checkpoints(save_limit, max_steps, save_freq, want):
+    assert kept_checkpoints(save_limit, max_steps, save_freq) == want
+
+
+def test_kept_checkpoints_needs_max_steps_when_all_are_kept():
+    with pytest.raises(InputError, match="max-steps"):
+        kept_checkpoints(-1, None, 4)
+
+
+def test_memory_of_the_8b_recipe_by_hand():
+    """Two trainer GPUs and both servers on one node, rank-0 init in fp32, bf16 vLLM engines of TP 1, 32 prompts of
+    up to 30 pages of 1e6 pixels (the recipe's values)."""
+    policy = P * 4 / GIB  # start: rank 0's fp32 copy
+    vllm = 2 * P * 2 / GIB  # 2 engines' bf16 weights in sleep mode
+    staging = (P * 2 + L * 4 + L * 8) / GIB  # one node holds all (2 of 2 GPUs) of model + optimizer state
+    images = 2 * 16 * 30 * 1_000_000 * 24 / GIB  # 2 workers x 32/2 prompts x 30 pages x 1e6 px x 24 B
+    loader = 8 * (30 * 1_000_000 * 24 / GIB + 1)  # 8 workers x (one prompt's pixel values + 1 GiB)
+    always = 4 + (2 + 2) * 4 + 8 + 8  # Ray base, 2 GPU workers + 2 reward actors, judge, embedder
+    training = vllm + staging + images + loader
+    want = math.ceil((always + max(policy, training)) * 1.15)
+    est = plan_from_recipe(RECIPE).estimate
+    assert est.total_gib == want == 141
+    assert est.sbatch_mem == "141G"
+    parts = {name: gib for name, gib, _ in est.parts}
+    assert parts["policy load (rank 0)"] == pytest.approx(policy)
+    assert parts["vLLM sleep-mode weights"] == pytest.approx(vllm)
+    assert parts["checkpoint staging"] == pytest.approx(staging)
+    assert parts["actor image cache"] == pytest.approx(images)
+    assert parts["data loader"] == pytest.approx(loader)
+    assert dict(zip([p[0] for p in est.parts], est.phases, strict=True))["policy load (rank 0)"] == "start"
+
+
+def test_memory_parts_follow_their_settings():
+    base = memory_estimate(8, 2, lora_params=L, rollout_batch_size=32, images_per_prompt=30)
+    no_init = memory_estimate(8, 2, lora_params=L, rank0_init=False, rollout_batch_size=32, images_per_prompt=30)
+    assert "policy load (rank 0)" not in [p[0] for p in no_init.parts]
+    # the fp32 load is a start-up part, smaller here than the training parts: the total does not change
+    assert no_init.total_gib == base.total_gib
+    tp2 = memory_estimate(8, 2, lora_params=L, tensor_parallel=2, rollout_batch_size=32, images_per_prompt=30)
+    v = {p[0]: p[1] for p in tp2.parts}["vLLM sleep-mode weights"]
+    assert v == pytest.approx(2 * 8e9 * 2 / 2 / GIB)
+    three_nodes = memory_estimate(8, 1, nnodes=3, lora_params=L, rollout_batch_size=32, images_per_prompt=30)
+    s = {p[0]: p[1] for p in three_nodes.parts}["checkpoint staging"]
+    assert s == pytest.approx((8e9 * 2 + L * 12) / 3 / GIB)  # one GPU of three holds a third of the state
+    with pytest.raises(InputError):
+        memory_estimate(8, 0)
+
+
+def test_params_from_the_model():
+    assert params_b_from_id("Qwen/Qwen3-VL-8B-Instruct") == 8.0
+    assert params_b_from_id("Qwen/Qwen3-30B-A3B") == 30.0 and params_b_from_id("org/tiny") is None
+    assert model_params("Qwen/Qwen3-VL-8B-Instruct") == (P, "published count of Qwen/Qwen3-VL-8B-Instruct")
+    assert model_params("org/Other-13B")[0] == 13 * 10**9
+    assert model_params("org/tiny", 0.5)[0] == 500_000_000
+    with pytest.raises(InputError, match="--params-b"):
+        model_params("org/tiny")
+
+
+def test_local_model_config_gives_the_shapes(tmp_path):
+    d = tmp_path / "Qwen3-VL-8B-Instruct"
+    d.mkdir()
+    text = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16)  # fmt: skip
+    (d / "config.json").write_text(json.dumps({"text_config": text}))
+    recipe = RECIPE.read_text().replace("model_path: Qwen/Qwen3-VL-8B-Instruct", f"model_path: {d}")
+    (tmp_path / "r.yaml").write_text(recipe)
+    plan = plan_from_recipe(tmp_path / "r.yaml")
+    per_layer = (64 + 64) + 2 * (64 + 32) + (64 + 64) + 2 * (64 + 128) + (128 + 64)
+    assert plan.lora_params == 2 * 64 * per_layer
+    assert plan.params == P  # the folder's name is a known model
+
+
+# --------------------------------------------------------------------------------------------- disk
+Usage = namedtuple("Usage", "total used free")
+
+
+@pytest.mark.parametrize(
+    ("free", "level"),
+    [(50 * GIB, "refuse"), (100 * GIB, "warn"), (109 * GIB, "warn"), (111 * GIB, "ok")],
+)
+def test_check_disk_levels(tmp_path, monkeypatch, free, level):
+    monkeypatch.setattr(budget.shutil, "disk_usage", lambda p: Usage(1000 * GIB, 0, free))
+    got, msg = check_disk(tmp_path / "run", 100 * GIB, 0.1, "5 checkpoints x 20.0 GiB")
+    assert got == level
+    assert "need 100.0 GiB (5 checkpoints x 20.0 GiB)" in msg and f"free {free / GIB:.1f} GiB on " in msg
+
+
+def test_check_disk_on_the_real_filesystem(tmp_path):
+    free = shutil.disk_usage(tmp_path).free
+    mount = (
+        subprocess.run(["df", "-P", str(tmp_path)], capture_output=True, text=True).stdout.splitlines()[-1].split()[-1]
+    )
+    level, msg = check_disk(tmp_path / "not" / "yet", 1024)
+    assert level == "ok" and f" on {mount} " in msg
+    level, msg = check_disk(tmp_path, free * 2)
+    assert level == "refuse" and msg.startswith("not enough disk: need ")
+
+
+def test_disk_cli(tmp_path, monkeypatch, capsys):
+    per = plan_from_recipe(RECIPE).ckpt.total
+    monkeypatch.setattr(budget.shutil, "disk_usage", lambda p: Usage(10**15, 0, 3 * per))
+    rc = budget.main(["disk", "--recipe", str(RECIPE), "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 3 and err.startswith(
+        f"error: not enough disk: need {5 * per / GIB:.1f} GiB (5 checkpoints x 19.0 GiB)"
+    )
+    assert f"free {3 * per / GIB:.1f} GiB on " in err and err.count("\n") == 1
+    # step folders already on disk count against the need: 5 x per - what they hold
+    step = tmp_path / "run" / "checkpoints" / "global_step_4"
+    step.mkdir(parents=True)
+    (step / "model.pt").write_bytes(b"x" * 4096)
+    monkeypatch.setattr(budget.shutil, "disk_usage", lambda p: Usage(10**15, 0, 10 * per))
+    rc = budget.main(["disk", "--recipe", str(RECIPE), "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("ok: need ") and "already in 1 step folder(s)" in out
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launch.budget", *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_memory_cli():
+    r = _cli("memory", "--recipe", str(RECIPE))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "141G"
+    assert any(line.startswith("vLLM sleep-mode weights") for line in lines)
+    assert lines[-1].endswith("-> --mem=141G")
+    # an override reaches the estimate: one trainer GPU per node
+    one = _cli("memory", "--recipe", str(RECIPE), "--train-gpus-per-node", "1")
+    assert one.returncode == 0 and int(one.stdout.splitlines()[0].rstrip("G")) < 141
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("memory", "--recipe", "no/such/recipe.yaml"),
+        ("disk", "--recipe", "no/such/recipe.yaml", "--run-dir", "/tmp"),
+        ("save-freq", "--run-dir", "/tmp", "--recipe", "no/such/recipe.yaml"),
+    ],
+)
+def test_bad_recipe_is_one_error_line(args):
+    r = _cli(*args)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [r.stderr.strip()] and r.stderr.startswith("error: recipe no/such/recipe.yaml")
+    assert "Traceback" not in r.stderr
+
+
+# --------------------------------------------------------------------------------------------- incomplete/
+def _step(ckpt: Path, step: int, torn: bool = False) -> None:
+    actor = ckpt / f"global_step_{step}" / "actor"
+    actor.mkdir(parents=True)
+    for kind in ("model", "optim", "extra_state"):
+        (actor / f"{kind}_world_size_1_rank_0.pt").write_bytes(b"w" * 1000)
+    if torn:
+        return
+    (actor / "lora_adapter").mkdir()
+    (actor / "lora_adapter" / "adapter_model.safetensors").write_bytes(b"a" * 500)
+    (actor / "lora_adapter" / "adapter_config.json").write_text("{}")
+    (ckpt / f"global_step_{step}" / "dataloader.pt").write_bytes(b"d" * 10)
+    (ckpt / "checkpoint_tracker.json").write_text(json.dumps({"last_global_step": step}))
+
+
+def test_prune_incomplete_on_what_repair_moved_aside(tmp_path):
+    ckpt = tmp_path / "checkpoints"
+    _step(ckpt, 2)
+    _step(ckpt, 4, torn=True)
+    (ckpt / "checkpoint_tracker.json").write_text(json.dumps({"last_global_step": 4}))
+    assert repair_checkpoints(ckpt, "100-0").step == 2  # moves global_step_4 to incomplete/global_step_4.100-0
+    _step(ckpt, 6, torn=True)
+    (ckpt / "checkpoint_tracker.json").write_text(json.dumps({"last_global_step": 6}))
+    assert repair_checkpoints(ckpt, "101-0").step == 2
+    inc = ckpt / "incomplete"
+    old, new = inc / "global_step_4.100-0", inc / "global_step_6.101-0"
+    assert old.is_dir() and new.is_dir()
+    os.utime(old, (1_000_000, 1_000_000))  # moved aside first
+    (inc / "notes.txt").write_text("the user's own file")
+    leftover = inc / ".pruning-global_step_1.99-0"  # a prune interrupted after its rename
+    leftover.mkdir()
+    (leftover / "model.pt").write_bytes(b"z" * 300)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "keep.pt").write_bytes(b"k" * 50)
+    (inc / "global_step_9.102-0").symlink_to(outside)
+
+    got = prune_incomplete(ckpt, keep=1)
+
+    assert sorted(got.removed) == ["global_step_1.99-0", "global_step_4.100-0", "global_step_9.102-0"]
+    assert got.kept == ["global_step_6.101-0"]
+    assert got.freed_bytes == 3 * 1000 + 300  # the torn step's three shards, the leftover's file; a link frees 0
+    assert sorted(p.name for p in inc.iterdir()) == ["global_step_6.101-0", "notes.txt"]
+    assert (outside / "keep.pt").read_bytes() == b"k" * 50  # the link was removed, not followed
+    assert find_resume_point(ckpt).step == 2  # the run's own checkpoints are untouched
+    all_gone = prune_incomplete(ckpt, keep=0)
+    assert all_gone.removed == ["global_step_6.101-0"] and all_gone.freed_bytes == 3000
+    assert [p.name for p in inc.iterdir()] == ["notes.txt"]
+    assert prune_incomplete(tmp_path / "none").removed == []
+
+
+# --------------------------------------------------------------------------------------------- step time
+def _log(seg_dir: Path, rows: list[dict], torn: str = "") -> None:
+    with open(seg_dir / "experiment_log.jsonl", "a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+        f.write(torn)
+
+
+def _row(step: int, t: float) -> dict:
+    # the stand-in trainer's metrics (tests/standins/trainer.py) with EasyR1's timing_s (unflattened)
+    return {"step": step, "actor": {"pg_loss": round(1.0 / step, 6), "lr": 1e-5}, "reward": {"overall": step / 100},
+            "timing_s": {"step": t, "gen": t / 2}}  # fmt: skip
+
+
+def test_measured_step_seconds_from_a_run_folder(tmp_path):
+    run = tmp_path / "run"
+    assert measured_step_seconds(run) is None
+    s1 = new_segment(run, "100", 0)
+    seg1 = run / "segments" / s1.name
+    _log(seg1, [{"step": 0, "val": {"overall": 0.5}}, _row(1, 100.0), _row(2, 110.0), _row(3, 900.0)],
+         torn='{"step": 4, "timing_s": {"st')  # fmt: skip
+    # before a merge: from the segments
+    assert measured_step_seconds(run) == 110.0
+    s2 = new_segment(run, "101", 2)  # resumed from step 2: its step 3 replaces the first segment's
+    _log(run / "segments" / s2.name, [_row(3, 120.0), _row(4, 130.0), {"step": 5, "timing_s/step": 140.0}])
+    merge_run_log(run, 5)
+    assert (run / "run_log.jsonl").is_file()
+    assert measured_step_seconds(run) == 120.0  # median of 100, 110, 120, 130, 140
+
+
+def test_save_freq_check():
+    assert save_freq_check(4, 100.0, 3000) is None
+    w = save_freq_check(4, 1000.0, 3000)
+    assert w and "trainer.save_freq=4 x 1000 s per step = 4000 s exceeds the stop grace of 3000 s" in w
+    assert w.endswith("trainer.save_freq=3 fits")
+    assert save_freq_check(40, 100.0, 3000).endswith("trainer.save_freq=30 fits")
+    assert "even one step" in save_freq_check(4, 5000.0, 3000)
+    assert "trainer.save_freq=30 fits" in save_freq_check(-1, 100.0, 3000)
+    with pytest.raises(InputError):
+        save_freq_check(4, 0.0, 3000)
+
+
+def test_save_freq_cli(tmp_path):
+    run = tmp_path / "run"
+    seg = new_segment(run, "100", 0)
+    _log(run / "segments" / seg.name, [_row(s, 1000.0) for s in range(1, 4)])
+    r = _cli("save-freq", "--run-dir", str(run), "--recipe", str(RECIPE))  # the recipe's save_freq: 4
+    assert r.returncode == 0 and r.stderr.startswith("warning: trainer.save_freq=4 x 1000 s") and "=3 fits" in r.stderr
+    ok = _cli("save-freq", "--run-dir", str(run), "--save-freq", "2")
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: save_freq=2") and not ok.stderr
+    none = _cli("save-freq", "--run-dir", str(tmp_path / "empty"), "--save-freq", "2")
+    assert none.returncode == 0 and none.stdout.startswith("no step time measured yet")
