@@ -5,7 +5,8 @@
     python -m launch.setup status                                       # the readiness table; exit 1 if incomplete
     python -m launch.setup shell [--check]                              # the same facts as shell assignments
 
-Both need PyPI (and the setup a git host, for EasyR1); a job needs neither: it calls :func:`readiness` first, stops
+As a CPU job: ``sbatch -c 8 --mem=32G -t 2:00:00 --wrap "python -m launch.setup setup && python -m launch.setup
+fetch-models"`` (from the repository root). Both need PyPI (the setup also a git host, for EasyR1); a job needs neither: it calls :func:`readiness` first, stops
 within seconds with the command to run when something is missing, and runs every process with :func:`job_env`'s
 ``HF_HOME`` and ``HF_HUB_OFFLINE=1``, so no health wait ever includes a download.
 
@@ -380,24 +381,26 @@ def readiness(repo: Path = REPO, env: Mapping[str, str] | None = None, policy: s
 
 
 def job_env(repo: Path = REPO, env: Mapping[str, str] | None = None) -> dict:
-    """What a job runs with: ``env`` (for every process: HF_HOME, its hub cache, offline) and the programs and
-    versions of the venvs for the manifest (with ``QUOTECITE_ENV_SETUP=0``: the programs on PATH, "unknown")."""
+    """What a job runs with, one flat dict: ``env`` (for every process: HF_HOME, its hub cache, offline), the
+    programs (``trainer_python``, ``server_python``, ``server_vllm``) and, for the manifest, the versions the stamps
+    record (``easyr1_commit``, ``vllm_trainer``, ``torch_trainer``, ``vllm_server``, ``torch_server``; a venv not
+    built yet, as in a dry run: the versions it will have, torch "unknown"). With ``QUOTECITE_ENV_SETUP=0``: the
+    programs on PATH and "unknown" versions."""
     env = os.environ if env is None else env
     home = hf_home(repo, env)
     out: dict = {"env": {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), **OFFLINE}}
     if not _flag(env, "QUOTECITE_ENV_SETUP"):
         unknown = "unknown (QUOTECITE_ENV_SETUP=0)"
         out.update(trainer_python="python3", server_python="python3", server_vllm="vllm",
-                   versions={"easyr1_commit": env.get("QUOTECITE_EASYR1_COMMIT") or unknown, "vllm_trainer": unknown,
-                             "torch_trainer": unknown, "vllm_server": unknown, "torch_server": unknown})  # fmt: skip
+                   easyr1_commit=env.get("QUOTECITE_EASYR1_COMMIT") or unknown, vllm_trainer=unknown,
+                   torch_trainer=unknown, vllm_server=unknown, torch_server=unknown)  # fmt: skip
         return out
     sw = software(repo, env)
-    stamps = {k: venv_state(sw, k).stamp or {} for k in KINDS}
+    trainer, server = (venv_state(sw, k).stamp or {} for k in KINDS)
     out.update(trainer_python=str(sw.python("trainer")), server_python=str(sw.python("server")),
-               server_vllm=str(sw.vllm),
-               versions={"easyr1_commit": stamps["trainer"].get("easyr1_commit"),
-                         "vllm_trainer": stamps["trainer"].get("vllm"), "torch_trainer": stamps["trainer"].get("torch"),
-                         "vllm_server": stamps["server"].get("vllm"), "torch_server": stamps["server"].get("torch")})  # fmt: skip
+               server_vllm=str(sw.vllm), easyr1_commit=trainer.get("easyr1_commit", sw.easyr1_commit),
+               vllm_trainer=trainer.get("vllm", sw.vllm_trainer), torch_trainer=trainer.get("torch", "unknown"),
+               vllm_server=server.get("vllm", sw.vllm_server), torch_server=server.get("torch", "unknown"))  # fmt: skip
     return out
 
 
@@ -507,6 +510,9 @@ def build(sw: Software, kind: str, python: str, env: Mapping[str, str]) -> float
                     raise InputError(f"the {kind} environment's step {i} ({step.what}) failed (exit {rc}); "
                                      f"last lines of {log}:\n{_tail(log)}")  # fmt: skip
                 _say(f"      done in {_took(time.monotonic() - t)}")
+        state = venv_state(sw, kind)
+        if not state.ok:
+            raise InputError(f"the {kind} environment was built but does not count: {state.reason} (log {log})")
     finally:
         lock.close()
     return time.monotonic() - t0
@@ -669,12 +675,11 @@ def cmd_shell(a: argparse.Namespace, env: Mapping[str, str]) -> int:
     ]
     if a.check:
         je = job_env(a.repo, env)
-        v = je["versions"]
         st = status(a.repo, env)
         lines += [
-            _assign("QC_EASYR1_COMMIT_FULL", v["easyr1_commit"] or sw.easyr1_commit),
-            _assign("QC_VLLM_TRAINER_VERSION", v["vllm_trainer"] or sw.vllm_trainer),
-            _assign("QC_VLLM_SERVER_VERSION", v["vllm_server"] or sw.vllm_server),
+            _assign("QC_EASYR1_COMMIT_FULL", je["easyr1_commit"]),
+            _assign("QC_VLLM_TRAINER_VERSION", je["vllm_trainer"]),
+            _assign("QC_VLLM_SERVER_VERSION", je["vllm_server"]),
             _assign("QC_JOB_EXPORTS", [f"{k}={val}" for k, val in je["env"].items()]),
             _assign("QC_SETUP_MISSING", st.missing()),
             _assign("QC_SETUP_TABLE", st.table()),

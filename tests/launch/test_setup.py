@@ -246,8 +246,15 @@ def test_job_env_offline_hf_home_and_the_venvs_programs_and_versions(tmp_path):
     assert je["trainer_python"] == str(sw.dir("trainer") / "bin" / "python")
     assert je["server_python"] == str(sw.dir("server") / "bin" / "python")
     assert je["server_vllm"] == str(sw.dir("server") / "bin" / "vllm")
-    assert je["versions"] == {"easyr1_commit": "b44b311" + "0" * 33, "vllm_trainer": "0.11.0", "torch_trainer": "2.8.0",
-                              "vllm_server": "0.32.0", "torch_server": "2.8.0"}  # fmt: skip
+    versions = {k: je[k] for k in ("easyr1_commit", "vllm_trainer", "torch_trainer", "vllm_server", "torch_server")}
+    assert versions == {"easyr1_commit": "b44b311" + "0" * 33, "vllm_trainer": "0.11.0", "torch_trainer": "2.8.0",
+                        "vllm_server": "0.32.0", "torch_server": "2.8.0"}  # fmt: skip
+
+
+def test_job_env_before_the_set_up_names_the_versions_it_will_have(tmp_path):
+    je = S.job_env(REPO, env_for(tmp_path))  # the dry run of a job on a fresh checkout
+    assert (je["easyr1_commit"], je["vllm_trainer"], je["vllm_server"], je["torch_server"]) == (
+        "b44b311", "0.11.0", "0.32.0", "unknown")  # fmt: skip
 
 
 def test_hf_home_is_quotecite_hf_home_else_hf_home_else_the_repo(tmp_path):
@@ -263,7 +270,7 @@ def test_hf_home_is_quotecite_hf_home_else_hf_home_else_the_repo(tmp_path):
 def test_job_env_without_the_venvs_uses_path_and_says_unknown(tmp_path):
     je = S.job_env(REPO, env_for(tmp_path, QUOTECITE_ENV_SETUP="0"))
     assert (je["trainer_python"], je["server_vllm"]) == ("python3", "vllm")
-    assert je["versions"]["vllm_server"] == "unknown (QUOTECITE_ENV_SETUP=0)"
+    assert je["vllm_server"] == "unknown (QUOTECITE_ENV_SETUP=0)"
     assert je["env"]["HF_HUB_OFFLINE"] == "1"
 
 
@@ -493,3 +500,56 @@ def test_an_hf_home_inside_the_repository_is_git_ignored_one_outside_is_left_alo
     assert (repo / ".hf" / ".gitignore").read_text().splitlines()[-1] == "*"
     S._ignored_in_repo(tmp_path / "hf", repo)
     assert (tmp_path / "hf").is_dir() and not (tmp_path / "hf" / ".gitignore").exists()
+
+
+# --------------------------------------------------------------------------------------------- the build
+def _fake_steps(fail_at: int | None = None):
+    """Stand-in build steps (no PyPI): make bin/python, optionally fail loudly, write the stamp as the real last
+    step does."""
+
+    def steps(sw, kind, python):
+        d = sw.dir(kind)
+        make = (
+            "import os, sys; p = sys.argv[1] + '/bin/python'; os.makedirs(os.path.dirname(p)); "
+            "open(p, 'w').write('#!/bin/sh'); os.chmod(p, 0o755)"
+        )
+        stamp = {"kind": kind, "vllm": sw.vllm_server if kind == "server" else sw.vllm_trainer, "torch": "2.8.0"}
+        if kind == "trainer":
+            stamp.update(easyr1_commit=sw.easyr1_commit + "0" * 33, lock_sha256=LOCK_SHA)
+        write = f"import json,sys; json.dump({stamp!r}, open(sys.argv[1], 'w'))"
+        out = [S.Step("make the venv", (PY, "-c", make, str(d))),
+               S.Step("install", (PY, "-c", "print('pip says hello')")),
+               S.Step("write the stamp", (PY, "-c", write, str(d / S.STAMP)))]  # fmt: skip
+        if fail_at is not None:
+            out[fail_at] = S.Step("install", (PY, "-c", "import sys; print('resolver: boom'); sys.exit(3)"))
+        return out
+
+    return steps
+
+
+def test_setup_runs_the_steps_logs_them_and_summarises(tmp_path, monkeypatch, capsys):
+    env = env_for(tmp_path)
+    sw = S.software(REPO, env)
+    sw.dir("server").mkdir(parents=True)
+    (sw.dir("server") / "leftover").write_text("from a killed install")
+    monkeypatch.setattr(S, "build_steps", _fake_steps())
+    assert S.main(["setup", "--only", "server"], env) == 0
+    out = capsys.readouterr().out
+    assert "[server 1/3] make the venv" in out and "[server 3/3] write the stamp" in out
+    assert f"  server   built       {sw.dir('server')}  (vllm 0.32.0, torch 2.8.0)" in out
+    assert not (sw.dir("server") / "leftover").exists()  # a half-built folder is rebuilt from scratch
+    assert "pip says hello" in Path(f"{sw.dir('server')}.install.log").read_text()
+    assert S.venv_state(sw, "server").ok and not S.venv_state(sw, "trainer").ok
+    assert S.main(["setup", "--only", "server"], env) == 0  # built: kept, nothing run
+    assert f"server: {sw.dir('server')} is built" in capsys.readouterr().out
+
+
+def test_a_failing_step_is_one_error_with_the_log_tail_and_leaves_no_stamp(tmp_path, monkeypatch, capsys):
+    env = env_for(tmp_path)
+    monkeypatch.setattr(S, "build_steps", _fake_steps(fail_at=1))
+    assert S.main(["setup", "--only", "trainer"], env) == 2
+    err = capsys.readouterr().err
+    assert "error: the trainer environment's step 2 (install) failed (exit 3)" in err and "resolver: boom" in err
+    sw = S.software(REPO, env)
+    assert not (sw.dir("trainer") / S.STAMP).exists()
+    assert S.venv_state(sw, "trainer").reason.startswith("half-built")
