@@ -28,7 +28,9 @@ and is rebuilt. This module is the one source of the folder names, the stamp and
 asks it (``shell``). Models: ``QUOTECITE_JUDGE_MODEL`` / ``QUOTECITE_EMBED_MODEL`` (or a local folder in
 ``QUOTECITE_JUDGE_WEIGHTS`` / ``QUOTECITE_EMBED_WEIGHTS``) and the recipe's ``worker.actor.model.model_path``
 (``QUOTECITE_POLICY_MODEL`` overrides), in ``QUOTECITE_HF_HOME`` (default ``$HF_HOME``, else ``REPO/.hf``).
-``QUOTECITE_ENV_SETUP=0`` skips the venv checks (programs from PATH), ``QUOTECITE_MODELS_CHECK=0`` the model checks.
+``QUOTECITE_ENV_SETUP=0`` skips the venv checks (programs from PATH; fetch-models then downloads with
+``QUOTECITE_PYTHON`` or this python), ``QUOTECITE_MODELS_CHECK=0`` the model checks. ``HF_ENDPOINT`` and the
+Hub's token variables reach the download as they are.
 """
 
 from __future__ import annotations
