@@ -16,8 +16,8 @@ maps to a :class:`JobShape`:
 - GPUs, first found of ``TresPerNode`` / ``TresPerJob`` / ``TresPerTask`` (``gres:gpu:1``, ``gres/gpu:h100:8``
   in newer releases), else the ``gres/gpu`` total of ``ReqTRES`` / ``TRES`` (``gres/gpu=8``,
   ``gres/gpu:h100=8``), spread evenly over the nodes when it divides;
-- ``CPUs/Task``; ``MinMemoryNode`` (``--mem``; ``0`` is the whole node) or ``MinMemoryCPU`` (``--mem-per-cpu``) or
-  ``MemPerTres=gres:gpu:N`` (``--mem-per-gpu``), all in MiB;
+- ``CPUs/Task``, or ``CpusPerTres=gres:gpu:N`` (``--cpus-per-gpu``); ``MinMemoryNode`` (``--mem``; ``0`` is the
+  whole node) or ``MinMemoryCPU`` (``--mem-per-cpu``) or ``MemPerTres=gres:gpu:N`` (``--mem-per-gpu``), all in MiB;
 - ``TimeLimit`` as Slurm prints it (``00:05:00``, ``1-00:00:00``, ``UNLIMITED``), which ``sbatch --time`` reads back;
 - ``Partition`` (``a,b`` for a job that may run in either), ``Account``, ``QOS``, ``Features`` (the
   ``--constraint``), ``Reservation`` (only printed when set), ``Licenses``, ``ExcNodeList`` (``--exclude``: nodes
@@ -73,6 +73,8 @@ class JobShape:
     gpu_type: str | None = None
     """``h100`` in ``gres/gpu:h100:8``; None when untyped."""
     cpus_per_task: int | None = None
+    cpus_per_gpu: int | None = None
+    """``--cpus-per-gpu`` (``CpusPerTres=gres:gpu:N``); Slurm then shows ``CPUs/Task=1``, which is not repeated."""
     mem_per_node_mb: int | None = None
     """``--mem`` in MiB; 0 asks for all the memory of each node."""
     mem_per_cpu_mb: int | None = None
@@ -260,6 +262,9 @@ def shape_from_fields(fields: Mapping[str, str], job: str = "?") -> JobShape:
         mem_gpu = int(m.group(1))
     elif (v := _value(fields, "MinMemoryNode")) is not None:
         mem_node = parse_memory_mb(v, f"job {job}: MinMemoryNode")
+    cpus_gpu = None
+    if (v := _value(fields, "CpusPerTres")) and (m := re.search(r"gres[:/]gpu:(\d+)", v)):
+        cpus_gpu = int(m.group(1))
     time_limit = _value(fields, "TimeLimit")
     if time_limit is not None:
         if time_limit.upper() == "PARTITION_LIMIT":
@@ -278,7 +283,8 @@ def shape_from_fields(fields: Mapping[str, str], job: str = "?") -> JobShape:
         gpus_per_job=gpj,
         gpus_per_task=gpt,
         gpu_type=gtype,
-        cpus_per_task=_int(fields, "CPUs/Task", job, zero_is_none=True),
+        cpus_per_task=None if cpus_gpu else _int(fields, "CPUs/Task", job, zero_is_none=True),
+        cpus_per_gpu=cpus_gpu,
         mem_per_node_mb=mem_node,
         mem_per_cpu_mb=mem_cpu,
         mem_per_gpu_mb=mem_gpu,
@@ -334,7 +340,12 @@ def _mem(mib: int) -> str:
 
 def sbatch_args(shape: JobShape) -> list[str]:
     """sbatch options that ask for the allocation ``shape`` describes (one argument each, ``--opt=value``).
-    Values Slurm filled in from defaults are repeated too (harmless: the same defaults); never ``--nodelist``."""
+    Values Slurm filled in from defaults are repeated too (harmless: the same defaults); never ``--nodelist``.
+
+    sbatch refuses mutually exclusive options even when one is in the script's ``#SBATCH`` header and the other on
+    the command line (``--mem`` / ``--mem-per-cpu`` / ``--mem-per-gpu``; ``--cpus-per-task`` / ``--cpus-per-gpu``).
+    A job submitted with a script whose header sets one of them cannot have been given the other, so resubmitting
+    the same script with these options never meets that conflict."""
     out: list[str] = []
     if shape.nodes:
         out.append(f"--nodes={shape.nodes}")
@@ -349,7 +360,9 @@ def sbatch_args(shape: JobShape) -> list[str]:
         out.append(f"--gpus={gtype}{shape.gpus_per_job}")
     elif shape.gpus_per_task is not None:
         out.append(f"--gpus-per-task={gtype}{shape.gpus_per_task}")
-    if shape.cpus_per_task:
+    if shape.cpus_per_gpu:
+        out.append(f"--cpus-per-gpu={shape.cpus_per_gpu}")
+    elif shape.cpus_per_task:
         out.append(f"--cpus-per-task={shape.cpus_per_task}")
     if shape.mem_per_cpu_mb is not None:
         out.append(f"--mem-per-cpu={_mem(shape.mem_per_cpu_mb)}")

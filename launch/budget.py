@@ -3,7 +3,8 @@ the stop grace (issue 20, items 6, 8 and 10).
 
 ``python -m launch.budget memory --recipe recipes/qwen3vl_8b_grpo.yaml`` prints the ``#SBATCH --mem=`` value (the
 first line, e.g. ``141G``) and the table of parts it is made of; ``disk --recipe R --run-dir D`` checks the
-checkpoints the run will keep against the free space of D's filesystem (exit 3 when they cannot fit); ``save-freq
+checkpoints the run will keep against the free space of D's filesystem (exit 3 when they cannot fit; ``--prune``
+first clears ``checkpoints/incomplete/``); ``save-freq
 --run-dir D`` compares ``save_freq`` x the measured step time with the stop grace. Units: GiB (2**30 bytes), which
 is what Slurm's ``G`` means.
 
@@ -431,8 +432,10 @@ class Estimate:
         by = {ph: sum(g for (_, g, _), p in zip(self.parts, self.phases, strict=True) if p == ph)
               for ph in ("always", "start", "training")}  # fmt: skip
         peak = by["always"] + max(by["start"], by["training"])
-        lines.append(f"peak = always {by['always']:.1f} + max(start {by['start']:.1f}, training "
-                     f"{by['training']:.1f}) = {peak:.1f} GiB; + {self.margin:.0%} margin -> --mem={self.sbatch_mem}")  # fmt: skip
+        lines.append(
+            f"peak = always {by['always']:.1f} + max(start {by['start']:.1f}, training {by['training']:.1f}) = "
+            f"{peak:.1f} GiB; + {self.margin:.0%} margin -> --mem={self.sbatch_mem}"
+        )
         return "\n".join(lines)
 
 
@@ -604,6 +607,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--run-dir", required=True, help="the run folder (its checkpoints/ holds the step folders)")
     d.add_argument("--max-steps", type=positive_int, help="needed when trainer.save_limit keeps every checkpoint")
     d.add_argument("--margin", type=bounded_float(0.0, 10.0), default=0.1, help="warn under this spare fraction")
+    d.add_argument("--prune", action="store_true", help="first prune checkpoints/incomplete/ (keeps the newest)")
     s = sub.add_parser("save-freq", help="warn when save_freq x the measured step time exceeds the stop grace")
     s.add_argument("--run-dir", required=True)
     s.add_argument("--save-freq", type=int, help="default: the recipe's trainer.save_freq")
@@ -625,6 +629,10 @@ def run(args: argparse.Namespace) -> int:
                                 max_steps=args.max_steps)  # fmt: skip
         kept = kept_checkpoints(plan.save_limit, plan.max_steps, plan.save_freq)
         ckpt_dir = Path(args.run_dir) / "checkpoints"
+        if args.prune:
+            pruned = prune_incomplete(ckpt_dir, keep=1)
+            print(f"pruned {len(pruned.removed)} entr{'y' if len(pruned.removed) == 1 else 'ies'} of "
+                  f"{ckpt_dir / INCOMPLETE_DIR}: {pruned.freed_bytes} bytes freed")  # fmt: skip
         have = [p for p in (ckpt_dir.iterdir() if ckpt_dir.is_dir() else []) if STEP_DIR_RE.match(p.name)]
         held = sum(_tree_bytes(p) for p in have)
         need = max(0, kept * plan.ckpt.total - held)

@@ -122,6 +122,8 @@ def test_odd_fields():
             "NumNodes=1 TresPerNode=gres:gpu:2,gres:nic:1 MemPerTres=gres:gpu:1000 MinMemoryNode=0",
             ["--gpus-per-node=2"],
         ),
+        # --cpus-per-gpu: Slurm shows CPUs/Task=1 beside it; repeating both would be refused
+        ("NumNodes=1 CPUs/Task=1 CpusPerTres=gres:gpu:8 TresPerNode=gres:gpu:1", ["--cpus-per-gpu=8"]),
     ],
 )
 def test_gpu_forms(fields, want):
@@ -129,6 +131,7 @@ def test_gpu_forms(fields, want):
     args = sbatch_args(s)
     for w in want:
         assert w in args, args
+    assert not ("--cpus-per-gpu=8" in args and any(a.startswith("--cpus-per-task") for a in args))
 
 
 def test_memory_and_node_forms():
@@ -283,6 +286,9 @@ def test_other_options_round_trip(cleanup_jobs):
     assert (s.mem_per_cpu_mb, s.mem_per_node_mb, s.time_limit, s.exclusive) == (50, None, "1-00:00:00", "")
     assert read_job(_sbatch(name, "--hold", *sbatch_args(s), "--wrap", "sleep 30")) == s
     g8 = _sbatch(name, "--hold", "-p", "ci8", "--nodes=2", "--gres=gpu:8", "--time=UNLIMITED", "--wrap", "true")
+    cg = read_job(_sbatch(name, "--hold", "-p", "ci", "--gpus-per-node=1", "--cpus-per-gpu=2", "--wrap", "true"))
+    assert (cg.cpus_per_gpu, cg.cpus_per_task) == (2, None)
+    assert read_job(_sbatch(name, "--hold", *sbatch_args(cg), "--wrap", "true")) == cg
     s8 = read_job(g8)
     assert (s8.gpus_per_node, s8.time_limit, s8.time_limit_s) == (8, "UNLIMITED", None)
     assert read_job(_sbatch(name, "--hold", *sbatch_args(s8), "--wrap", "true")) == s8

@@ -191,6 +191,16 @@ def test_disk_cli(tmp_path, monkeypatch, capsys):
     rc = budget.main(["disk", "--recipe", str(RECIPE), "--run-dir", str(tmp_path / "run")])
     out = capsys.readouterr().out
     assert rc == 0 and out.startswith("ok: need ") and "already in 1 step folder(s)" in out
+    # --prune clears incomplete/ first (keeping the newest) and says what it freed
+    inc = tmp_path / "run" / "checkpoints" / "incomplete"
+    for i, name in enumerate(["global_step_8.5-0", "global_step_12.6-0"]):
+        (inc / name).mkdir(parents=True)
+        (inc / name / "model.pt").write_bytes(b"m" * 2**20)
+        os.utime(inc / name, (1_000_000 + i, 1_000_000 + i))
+    rc = budget.main(["disk", "--recipe", str(RECIPE), "--run-dir", str(tmp_path / "run"), "--prune"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith(f"pruned 1 entry of {inc}: {2**20} bytes freed\n")
+    assert [p.name for p in inc.iterdir()] == ["global_step_12.6-0"]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -207,6 +217,10 @@ def test_memory_cli():
     # an override reaches the estimate: one trainer GPU per node
     one = _cli("memory", "--recipe", str(RECIPE), "--train-gpus-per-node", "1")
     assert one.returncode == 0 and int(one.stdout.splitlines()[0].rstrip("G")) < 141
+    # so does an EasyR1 override: fewer pages per prompt, a smaller image cache
+    fewer = _cli("memory", "--recipe", str(RECIPE), "worker.rollout.limit_images=10")
+    assert fewer.returncode == 0 and int(fewer.stdout.splitlines()[0].rstrip("G")) < 141
+    assert "x 10 pages x" in fewer.stdout
 
 
 @pytest.mark.parametrize(
