@@ -588,6 +588,23 @@ def plan_from_recipe(
     )  # fmt: skip
 
 
+def run_disk_check(recipe: str | Path, overrides: list[str], run_dir: str | Path, max_steps: int | None = None,
+                   params_b: float | None = None, n_gpus_per_node: int | None = None, nnodes: int | None = None,
+                   margin: float = 0.1) -> tuple[str, str]:  # fmt: skip
+    """(level, message) of :func:`check_disk` for the checkpoints a run of ``recipe`` will keep in ``run_dir``, less
+    the step folders it already holds (what the launch checks before every training job, and ``disk`` prints)."""
+    plan = plan_from_recipe(recipe, overrides, params_b, n_gpus_per_node, nnodes, max_steps=max_steps)
+    kept = kept_checkpoints(plan.save_limit, plan.max_steps, plan.save_freq)
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    have = [p for p in (ckpt_dir.iterdir() if ckpt_dir.is_dir() else []) if STEP_DIR_RE.match(p.name)]
+    held = sum(_tree_bytes(p) for p in have)
+    need = max(0, kept * plan.ckpt.total - held)
+    what = f"{kept} checkpoints x {plan.ckpt.total / GIB:.1f} GiB"
+    if held:
+        what += f" less {held / GIB:.1f} GiB already in {len(have)} step folder(s)"
+    return check_disk(run_dir, need, margin, what)
+
+
 # --------------------------------------------------------------------------------------------- CLI
 def _recipe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", required=True, help="EasyR1 recipe YAML (e.g. recipes/qwen3vl_8b_grpo.yaml)")
@@ -625,21 +642,13 @@ def run(args: argparse.Namespace) -> int:
         print(plan.estimate.table())
         return 0
     if args.what == "disk":
-        plan = plan_from_recipe(args.recipe, args.overrides, args.params_b, args.train_gpus_per_node, args.nnodes,
-                                max_steps=args.max_steps)  # fmt: skip
-        kept = kept_checkpoints(plan.save_limit, plan.max_steps, plan.save_freq)
-        ckpt_dir = Path(args.run_dir) / "checkpoints"
         if args.prune:
+            ckpt_dir = Path(args.run_dir) / "checkpoints"
             pruned = prune_incomplete(ckpt_dir, keep=1)
             print(f"pruned {len(pruned.removed)} entr{'y' if len(pruned.removed) == 1 else 'ies'} of "
                   f"{ckpt_dir / INCOMPLETE_DIR}: {pruned.freed_bytes} bytes freed")  # fmt: skip
-        have = [p for p in (ckpt_dir.iterdir() if ckpt_dir.is_dir() else []) if STEP_DIR_RE.match(p.name)]
-        held = sum(_tree_bytes(p) for p in have)
-        need = max(0, kept * plan.ckpt.total - held)
-        what = f"{kept} checkpoints x {plan.ckpt.total / GIB:.1f} GiB"
-        if held:
-            what += f" less {held / GIB:.1f} GiB already in {len(have)} step folder(s)"
-        level, message = check_disk(args.run_dir, need, args.margin, what)
+        level, message = run_disk_check(args.recipe, args.overrides, args.run_dir, args.max_steps, args.params_b,
+                                        args.train_gpus_per_node, args.nnodes, args.margin)  # fmt: skip
         print(("error: " if level == "refuse" else "warning: " if level == "warn" else "ok: ") + message,
               file=sys.stderr if level != "ok" else sys.stdout)  # fmt: skip
         return 3 if level == "refuse" else 0

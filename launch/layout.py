@@ -45,6 +45,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 
 DEFAULT_LOCAL_GPUS = 3
@@ -392,40 +393,93 @@ def _ranges(ps: list[int]) -> str:
 
 
 # --------------------------------------------------------------------------------------------- run
-def run(positions: list[int], cmd: list[str], grace: int = 10) -> int:
+PORT_TOKEN = "{port}"
+"""In a command run with ``--port-file``, the token replaced by the port chosen on the node, when it starts."""
+PORT_RETRIES = 3
+"""Times a server whose port was taken between the choice and its bind is started again on another port."""
+CLASH_WINDOW_S = 120.0
+"""A server that fails within this many seconds while its port is held by another process lost a race for it."""
+
+
+def free_port(host: str = "") -> int:
+    """A port that is free on this node now (the kernel's choice), for a server bound to ``host``."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_taken(port: int, host: str = "") -> bool:
+    """True when something else holds ``port`` on this node (a bind fails)."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _write_port(path: str, port: int) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
+def run(positions: list[int], cmd: list[str], grace: int = 10, port_file: str | None = None,
+        bind_host: str = "", prefer_port: int = 0) -> int:  # fmt: skip
     """Run ``cmd`` on this node's GPUs at ``positions`` (through this process's ``CUDA_VISIBLE_DEVICES``), in its
     own session; SIGTERM/SIGINT/SIGUSR1 are passed to its whole process group (after SIGTERM/SIGINT the group is
     killed when it has not ended within ``grace`` seconds), and whatever it leaves behind in that group (Ray's
     raylet and GCS, vLLM workers) is killed once it exits. Returns its exit status (128+N for a
-    signal N), so an ``srun`` step ends as the program did."""
+    signal N), so an ``srun`` step ends as the program did.
+
+    With ``port_file``, the port is chosen here, on the node and at the moment the server starts (``{port}`` in
+    ``cmd`` becomes a free port, written to ``port_file`` for the job to read); a server that fails soon after while
+    its port is held by someone else lost the race for it and is started again on a new port (at most
+    :data:`PORT_RETRIES` times)."""
     devices = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or None
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(device_ids(positions, devices)))
-    try:
-        child = subprocess.Popen(cmd, env=env, start_new_session=True)
-    except OSError as e:
-        print(f"error: cannot start {cmd[0]!r}: {e}", file=sys.stderr)
-        return 127
+    state: dict = {"child": None, "stopping": False}
 
     def kill_group(sig) -> None:
-        try:
-            os.killpg(child.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if state["child"] is not None:
+            try:
+                os.killpg(state["child"].pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def forward(sig, _frame) -> None:
         kill_group(sig)
         if sig != signal.SIGUSR1:  # a program that drains (Ray: up to 30 s) is killed after the grace
+            state["stopping"] = True
             signal.signal(signal.SIGALRM, lambda *_: kill_group(signal.SIGKILL))
             signal.alarm(grace)
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(s, forward)
-    rc = child.wait()
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    return 128 - rc if rc < 0 else rc
+    for attempt in range(PORT_RETRIES + 1):
+        argv, port = list(cmd), 0
+        if port_file:
+            port = prefer_port if attempt == 0 and prefer_port and not port_taken(prefer_port, bind_host) else 0
+            port = port or free_port(bind_host)
+            argv = [a.replace(PORT_TOKEN, str(port)) for a in cmd]
+            _write_port(port_file, port)
+        started = time.monotonic()
+        try:
+            state["child"] = subprocess.Popen(argv, env=env, start_new_session=True)
+        except OSError as e:
+            print(f"error: cannot start {argv[0]!r}: {e}", file=sys.stderr)
+            return 127
+        rc = state["child"].wait()
+        kill_group(signal.SIGKILL)
+        rc = 128 - rc if rc < 0 else rc
+        lost_race = (port_file and rc != 0 and not state["stopping"] and attempt < PORT_RETRIES
+                     and time.monotonic() - started < CLASH_WINDOW_S and port_taken(port, bind_host))  # fmt: skip
+        if not lost_race:
+            return rc
+        print(f"port {port} was taken before the server bound it; starting it again on another port "
+              f"({attempt + 1} of {PORT_RETRIES})", file=sys.stderr, flush=True)  # fmt: skip
+    return rc
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -437,6 +491,13 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run a command on this node's GPUs at the given positions")
     r.add_argument("--gpus", required=True, help="comma-separated GPU positions on this node, e.g. 0,1")
     r.add_argument("--grace", type=int, default=10, help="seconds from SIGTERM until the program is killed")
+    r.add_argument(
+        "--port-file",
+        default=None,
+        help="choose a free port here and now: it replaces {port} in the command and is written here",
+    )
+    r.add_argument("--bind-host", default="", help="the address the server binds (for the free-port check)")
+    r.add_argument("--prefer-port", type=int, default=0, help="with --port-file: this port when it is free")
     r.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     try:
@@ -455,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             positions = [int(x) for x in args.gpus.split(",") if x.strip()]
         except ValueError:
             raise LayoutError(f"--gpus {args.gpus!r}: expected comma-separated GPU positions like 0,1") from None
-        return run(positions, cmd, args.grace)
+        return run(positions, cmd, args.grace, args.port_file, args.bind_host, args.prefer_port)
     except LayoutError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

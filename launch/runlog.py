@@ -123,60 +123,78 @@ def _close_stale(run_dir: Path, segments: list[Segment], resume_step: int) -> No
             save_segment(run_dir, s)
 
 
-def cmd_plan(a: argparse.Namespace) -> int:
-    """Read the recipe: max_steps, the checks, and the trainer's logger list (with ``file``)."""
-    overrides = parse_overrides(a.overrides)
-    recipe = load_recipe(Path(a.recipe))
+def plan_run(recipe_path: Path, max_steps: str, train_files: str, repo: Path, args: list[str]) -> dict[str, Any]:
+    """Read the recipe: max_steps, the checks, the trainer's logger list (with ``file``), the recipe's relative
+    paths made absolute; keys as :func:`cmd_plan` prints them, lower case."""
+    overrides = parse_overrides(args)
+    recipe = load_recipe(Path(recipe_path))
     errors = check_recipe(recipe, overrides)
     if errors:
-        raise RunError(f"recipe {a.recipe}: " + "; ".join(errors))
-    train = a.train_files or str(recipe_value(recipe, overrides, "data.train_files", "") or "")
-    max_steps, how = plan_max_steps(recipe, overrides, a.max_steps, train)
+        raise RunError(f"recipe {recipe_path}: " + "; ".join(errors))
+    train = train_files or str(recipe_value(recipe, overrides, "data.train_files", "") or "")
+    max_steps_n, how = plan_max_steps(recipe, overrides, max_steps, train)
     logger = recipe_value(recipe, overrides, "trainer.logger", ["console"])
     if isinstance(logger, str):
         logger = [x.strip() for x in logger.strip("[]").split(",") if x.strip()]
     logger_override = "" if "file" in logger else "trainer.logger=[" + ",".join([*logger, "file"]) + "]"
     lora_rank = int(recipe_value(recipe, overrides, "worker.actor.model.lora.rank", 0) or 0)
-    paths = absolute_path_overrides(recipe, overrides, Path(a.repo).resolve())
-    print(
-        shell_vars(
-            QC_FORMAT_PROMPT_OVERRIDE=paths.get("data.format_prompt", ""),
-            QC_REWARD_FN_OVERRIDE=paths.get("worker.reward.reward_function", ""),
-            QC_BATCH_GROUPS_OVERRIDE=paths.get("batch_groups", ""),
-            QC_KEEP_BAND_OVERRIDE=paths.get("keep_band", ""),
-            QC_MAX_STEPS=max_steps,
-            QC_MAX_STEPS_FROM=how,
-            QC_LOGGER_OVERRIDE=logger_override,
-            QC_POLICY_MODEL=recipe_value(recipe, overrides, "worker.actor.model.model_path", ""),
-            QC_REQUIRE_LORA=1 if lora_rank > 0 else 0,
-            QC_RECIPE_SHA256=sha256_file(Path(a.recipe)),
-        ),
-        end="",
-    )
+    paths = absolute_path_overrides(recipe, overrides, Path(repo).resolve())
+    return {
+        "format_prompt_override": paths.get("data.format_prompt", ""),
+        "reward_fn_override": paths.get("worker.reward.reward_function", ""),
+        "batch_groups_override": paths.get("batch_groups", ""),
+        "keep_band_override": paths.get("keep_band", ""),
+        "max_steps": max_steps_n,
+        "max_steps_from": how,
+        "logger_override": logger_override,
+        "policy_model": recipe_value(recipe, overrides, "worker.actor.model.model_path", ""),
+        "require_lora": 1 if lora_rank > 0 else 0,
+        "recipe_sha256": sha256_file(Path(recipe_path)),
+        "save_freq": recipe_value(recipe, overrides, "trainer.save_freq", None),
+        "save_limit": recipe_value(recipe, overrides, "trainer.save_limit", None),
+    }
+
+
+def _print_vars(values: dict[str, Any], keys: list[str]) -> None:
+    print(shell_vars(**{f"QC_{k.upper()}": values[k] for k in keys}), end="")
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    """Read the recipe: max_steps, the checks, and the trainer's logger list (with ``file``)."""
+    out = plan_run(Path(a.recipe), a.max_steps, a.train_files, Path(a.repo), a.overrides)
+    _print_vars(out, ["format_prompt_override", "reward_fn_override", "batch_groups_override", "keep_band_override",
+                      "max_steps", "max_steps_from", "logger_override", "policy_model", "require_lora",
+                      "recipe_sha256"])  # fmt: skip
     return 0
 
 
-def cmd_prepare(a: argparse.Namespace) -> int:
-    run_dir = Path(a.run_dir).resolve()
+def prepare(run_dir: Path, job_id: str, max_steps: int, max_stalled: int, require_lora: bool, repo: Path,
+            recipe: Path, easyr1_commit: str = "", vllm_trainer: str = "", vllm_server: str = "",
+            models: dict[str, str] | None = None, allow_recipe_change: bool = False,
+            job_extra: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """At a trainer start: repair the checkpoints, pick the resume step, close stale segments, decide, open a
+    segment when the decision is ``run``, record the job in ``manifest.json``. Keys as :func:`cmd_prepare` prints."""
+    run_dir = Path(run_dir).resolve()
     with run_lock(run_dir):
         segments = load_segments(run_dir)
         ckpt = run_dir / "checkpoints"
-        tag = f"{a.job_id}-{sum(1 for s in segments if s.job_id == a.job_id)}"
-        rp = repair_checkpoints(ckpt, tag, require_lora=a.require_lora)
+        tag = f"{job_id}-{sum(1 for s in segments if s.job_id == job_id)}"
+        rp = repair_checkpoints(ckpt, tag, require_lora=require_lora)
         _close_stale(run_dir, segments, rp.step)
-        merge_run_log(run_dir, a.max_steps)
-        d = decide_at_start(segments, rp.step, a.max_steps, a.max_stalled)
+        merge_run_log(run_dir, max_steps)
+        d = decide_at_start(segments, rp.step, max_steps, max_stalled)
         base = {
             "run_dir": str(run_dir),
-            "git": git_state(Path(a.repo)),
-            "recipe": {"path": a.recipe, "sha256": sha256_file(Path(a.recipe))},
-            "easyr1_commit": a.easyr1_commit,
-            "vllm": {"trainer": a.vllm_trainer, "server": a.vllm_server},
-            "models": dict(m.split("=", 1) for m in a.model),
-            "max_steps": a.max_steps,
+            "git": git_state(Path(repo)),
+            "recipe": {"path": str(recipe), "sha256": sha256_file(Path(recipe))},
+            "easyr1_commit": easyr1_commit,
+            "vllm": {"trainer": vllm_trainer, "server": vllm_server},
+            "models": dict(models or {}),
+            "max_steps": max_steps,
         }
         job = {
-            "job_id": a.job_id,
+            **(job_extra or {}),
+            "job_id": job_id,
             "host": os.uname().nodename,
             "started_at": now_iso(),
             "git_commit": base["git"]["commit"],
@@ -184,63 +202,64 @@ def cmd_prepare(a: argparse.Namespace) -> int:
         }
         seg_name = seg_dir = ""
         if d.action == "run":
-            seg = new_segment(run_dir, a.job_id, rp.step)
+            seg = new_segment(run_dir, job_id, rp.step)
             seg_name, seg_dir = seg.name, str(segments_dir(run_dir) / seg.name)
             job["segment"] = seg.name
         else:
             job.update(status=d.action, message=d.message, ended_at=now_iso())
-        update_manifest(run_dir, base, job, allow_recipe_change=a.allow_recipe_change)
-    print(
-        shell_vars(
-            QC_ACTION=d.action,
-            QC_MESSAGE=d.message,
-            QC_EXIT=d.exit_code,
-            QC_RESUME_STEP=rp.step,
-            QC_CHECKPOINT_NOTES="; ".join(rp.notes),
-            QC_SEGMENT=seg_name,
-            QC_SEGMENT_DIR=seg_dir,
-        ),
-        end="",
-    )
+        update_manifest(run_dir, base, job, allow_recipe_change=allow_recipe_change)
+    return {"action": d.action, "message": d.message, "exit": d.exit_code, "resume_step": rp.step,
+            "checkpoint_notes": "; ".join(rp.notes), "segment": seg_name, "segment_dir": seg_dir}  # fmt: skip
+
+
+def cmd_prepare(a: argparse.Namespace) -> int:
+    out = prepare(Path(a.run_dir), a.job_id, a.max_steps, a.max_stalled, bool(a.require_lora), Path(a.repo),
+                  Path(a.recipe), a.easyr1_commit, a.vllm_trainer, a.vllm_server,
+                  dict(m.split("=", 1) for m in a.model), bool(a.allow_recipe_change))  # fmt: skip
+    _print_vars(out, ["action", "message", "exit", "resume_step", "checkpoint_notes", "segment", "segment_dir"])
     return 0
 
 
-def cmd_finish(a: argparse.Namespace) -> int:
-    run_dir = Path(a.run_dir).resolve()
+SEGMENT_END_STATUSES = ("stopped", "finished", "crashed", "terminated", "server_failed", "check_failed", "outage")
+
+
+def finish(run_dir: Path, segment: str, status: str, trainer_exit: int | None, message: str, max_steps: int,
+           max_stalled: int, require_lora: bool = True) -> dict[str, Any]:  # fmt: skip
+    """At a trainer's end: close the segment, merge the run log, decide what the chain does next."""
+    if status not in SEGMENT_END_STATUSES:
+        raise RunError(f"unknown segment status {status!r} (known: {', '.join(SEGMENT_END_STATUSES)})")
+    run_dir = Path(run_dir).resolve()
     with run_lock(run_dir):
         segments = load_segments(run_dir)
-        seg = next((s for s in segments if s.name == a.segment), None)
+        seg = next((s for s in segments if s.name == segment), None)
         if seg is None:
-            raise RunError(f"{run_dir}: no segment {a.segment!r}")
-        rp = find_resume_point(run_dir / "checkpoints", require_lora=a.require_lora)
-        seg.status, seg.ended_at, seg.end_step = a.status, now_iso(), rp.step
-        seg.trainer_exit = a.trainer_exit
-        seg.message = a.message or ""
+            raise RunError(f"{run_dir}: no segment {segment!r}")
+        rp = find_resume_point(run_dir / "checkpoints", require_lora=require_lora)
+        seg.status, seg.ended_at, seg.end_step = status, now_iso(), rp.step
+        seg.trainer_exit = trainer_exit
+        seg.message = message or ""
         save_segment(run_dir, seg)
-        summary = merge_run_log(run_dir, a.max_steps)
-        d = decide_at_end(segments, a.max_steps, a.max_stalled)
+        summary = merge_run_log(run_dir, max_steps)
+        d = decide_at_end(segments, max_steps, max_stalled)
         job = {
             "job_id": seg.job_id,
             "segment": seg.name,
             "ended_at": seg.ended_at,
             "end_step": rp.step,
             "status": seg.status,
-            "trainer_exit": a.trainer_exit,
+            "trainer_exit": trainer_exit,
             "next": d.action,
         }
         update_manifest(run_dir, {}, job)
     missing = [s for s in summary.missing if s <= rp.step]
-    print(
-        shell_vars(
-            QC_ACTION=d.action,
-            QC_MESSAGE=d.message,
-            QC_EXIT=d.exit_code,
-            QC_END_STEP=rp.step,
-            QC_LOGGED_STEPS=len(summary.steps),
-            QC_MISSING_STEPS=",".join(map(str, missing)),
-        ),
-        end="",
-    )
+    return {"action": d.action, "message": d.message, "exit": d.exit_code, "end_step": rp.step,
+            "logged_steps": len(summary.steps), "missing_steps": ",".join(map(str, missing))}  # fmt: skip
+
+
+def cmd_finish(a: argparse.Namespace) -> int:
+    out = finish(Path(a.run_dir), a.segment, a.status, a.trainer_exit, a.message, a.max_steps, a.max_stalled,
+                 bool(a.require_lora))  # fmt: skip
+    _print_vars(out, ["action", "message", "exit", "end_step", "logged_steps", "missing_steps"])
     return 0
 
 
@@ -293,16 +312,20 @@ def cmd_restart(a: argparse.Namespace) -> int:
     return 0
 
 
+def read_outage(segment_dir: Path) -> str | None:
+    """The reward's outage report of a segment (one line), or None when its reward did not stop on an outage."""
+    try:
+        info = read_json(Path(segment_dir) / SERVER_OUTAGE)
+        message = str(info.get("message") or info)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return " ".join(message.split())
+
+
 def cmd_outage(a: argparse.Namespace) -> int:
     """``QC_OUTAGE=1`` and ``QC_OUTAGE_MESSAGE`` when the segment's reward stopped on a server outage, else 0."""
-    path = Path(a.segment_dir) / SERVER_OUTAGE
-    try:
-        info = read_json(path)
-        message = str(info.get("message") or info)
-    except (OSError, ValueError):
-        print(shell_vars(QC_OUTAGE=0, QC_OUTAGE_MESSAGE=""), end="")
-        return 0
-    print(shell_vars(QC_OUTAGE=1, QC_OUTAGE_MESSAGE=" ".join(message.split())), end="")
+    message = read_outage(Path(a.segment_dir))
+    print(shell_vars(QC_OUTAGE=int(message is not None), QC_OUTAGE_MESSAGE=message or ""), end="")
     return 0
 
 
@@ -322,17 +345,31 @@ def cmd_plot(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_last_step(a: argparse.Namespace) -> int:
+def last_step(run_dir: Path) -> int:
     """The tracker's step (what EasyR1 last committed), 0 when none: cheap, for polling during a stop."""
-    info, _ = read_tracker(Path(a.run_dir) / "checkpoints")
-    print(int(info["last_global_step"]) if info else 0)
+    try:
+        info, _ = read_tracker(Path(run_dir) / "checkpoints")
+        return int(info["last_global_step"]) if info else 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def logged_step(segment_dir: Path) -> int:
+    """The highest step in a segment's experiment log (0 when none)."""
+    try:
+        rows, _ = _read_jsonl(Path(segment_dir) / "experiment_log.jsonl")
+    except (OSError, ValueError):
+        return 0
+    return max((r["step"] for r in rows if isinstance(r.get("step"), int)), default=0)
+
+
+def cmd_last_step(a: argparse.Namespace) -> int:
+    print(last_step(Path(a.run_dir)))
     return 0
 
 
 def cmd_logged_step(a: argparse.Namespace) -> int:
-    """The highest step in the current segment's experiment log (0 when none)."""
-    rows, _ = _read_jsonl(Path(a.segment_dir) / "experiment_log.jsonl")
-    print(max((r["step"] for r in rows if isinstance(r.get("step"), int)), default=0))
+    print(logged_step(Path(a.segment_dir)))
     return 0
 
 
@@ -369,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument(
                 "--status",
                 required=True,
-                choices=["stopped", "finished", "crashed", "terminated", "server_failed", "check_failed", "outage"],
+                choices=SEGMENT_END_STATUSES,
             )
             p.add_argument("--trainer-exit", type=lambda v: int(v) if v else None, default=None)
             p.add_argument("--message", default="")

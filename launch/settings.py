@@ -139,6 +139,10 @@ def command(value: str) -> list[str]:
     return words
 
 
+URL_SCHEMES = frozenset({"http", "https"})
+"""What a server URL may start with (``scheme://``)."""
+
+
 def url(value: str) -> str:
     """An ``http://`` or ``https://`` URL with a host."""
     _line(value, "a URL")
@@ -147,7 +151,7 @@ def url(value: str) -> str:
         parts.port  # noqa: B018  (raises on a port that is not a number in range)
     except ValueError as e:
         raise ValueError(f"not a URL: {e}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in URL_SCHEMES or not parts.hostname:
         raise ValueError("expected an http:// or https:// URL with a host")
     return value.strip()
 
@@ -436,6 +440,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("BENCH_ATTENTION", "small", "", one_of("small", "8b"), "test", _T, "the attention benchmark's shapes"),
     _s("BENCH_ENCODER", "none", "", text, "test", _T, "encoder of the prep-array benchmark"),
     _s("BENCH_PARTITION", None, "", text, "test", _T, "Slurm partition of the prep-array benchmark"),
+    _s("BENCH_OUT", None, "path", path, "test", _T, "where a benchmark writes its JSON (default: its own folder)"),
 )
 # fmt: on
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -629,9 +634,11 @@ def render_resolved(s: Settings) -> str:
 # ------------------------------------------------------------------------------------------------- command line
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.settings", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", nargs="?", default="table", choices=("table", "markdown", "show"),
+    parser.add_argument("what", nargs="?", default="table", choices=("table", "markdown", "show", "shell"),
                         help="table (default): every setting; markdown: the same for the README; show: the values "
-                        "this environment resolves to")  # fmt: skip
+                        "this environment resolves to; shell NAME...: those values as bash assignments (the "
+                        "scripts' defaults come from here)")  # fmt: skip
+    parser.add_argument("names", nargs="*", help="shell: the settings to print (QUOTECITE_...)")
     parser.add_argument("--readers", default=None,
                         help=f"show: only what these read (comma-separated: {', '.join(READERS)})")  # fmt: skip
     args = parser.parse_args(argv)
@@ -648,6 +655,15 @@ def main(argv: list[str] | None = None) -> int:
         except SettingsError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        if args.what == "shell":
+            known = {x.name for x in SETTINGS}
+            bad = [n for n in args.names if n not in known]
+            if bad:
+                print(f"error: not a setting: {', '.join(bad)}", file=sys.stderr)
+                return 2
+            for n in args.names:
+                print(f"{n}={shlex.quote(s.text(n) or '')}")
+            return 0
         sys.stdout.write(render_resolved(s))
     return 0
 

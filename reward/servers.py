@@ -84,21 +84,31 @@ def probe_health(url: str, timeout_s: float = 5.0) -> str:
 
 
 def wait_for_health(
-    url: str, deadline: float, started: float, what: str, budget_s: float, server_url: str | None = None
-) -> float:
+    url: str | Callable[[], str], deadline: float, started: float, what: str, budget_s: float,
+    server_url: str | None = None, alive: Callable[[], str] | None = None,
+    backoff_s: tuple[float, float] = HEALTH_BACKOFF_S,
+) -> float:  # fmt: skip
     """Probe ``url`` with exponential backoff until it answers 200; returns the seconds slept. Raises
     :class:`ServerOutageError` naming ``server_url`` (default ``url``; time counted from ``started``,
-    ``time.monotonic()``) once ``deadline`` passes."""
-    pause, cap = HEALTH_BACKOFF_S
+    ``time.monotonic()``) once ``deadline`` passes.
+
+    The launch waits for the servers it starts with the same function: ``url`` may be a callable (a server whose port
+    is chosen when it binds: ``""`` while it is not known yet), and ``alive`` returns why the wait is pointless (the
+    server process exited), which ends it at once with that reason."""
+    pause, cap = backoff_s
     slept = 0.0
     while True:
-        why = probe_health(url)
+        target = url() if callable(url) else url
+        why = probe_health(target) if target else "no port yet"
         if not why:
             return slept
+        dead = alive() if alive else ""
         now = time.monotonic()
-        if now >= deadline:
-            raise ServerOutageError(what, server_url or url, now - started, budget_s, f"{url}: {why}")
-        log.warning("%s at %s is down (%s); waiting (%.0f s of %g s)", what, url, why, now - started, budget_s)
+        if dead or now >= deadline:
+            raise ServerOutageError(what, server_url or target, now - started, budget_s,
+                                    f"{target or what}: {dead or why}")  # fmt: skip
+        if target:
+            log.warning("%s at %s is down (%s); waiting (%.0f s of %g s)", what, target, why, now - started, budget_s)
         step = min(pause, max(deadline - now, 0.05))
         time.sleep(step)
         slept += step

@@ -131,38 +131,21 @@ qc_start() {
   qc_log "started $name (pid $!${shown:+, ${shown% }}): $(qc_quote "$@")"
 }
 
-# qc_http_ok URL: true when URL answers HTTP 200 within 5 s.
-qc_http_ok() {
-  if command -v curl >/dev/null; then
-    curl -fsS -o /dev/null --max-time 5 "$1" 2>/dev/null
-  else
-    "${QC_PY:-python3}" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "$1" \
-      >/dev/null 2>&1
-  fi
-}
-
-# qc_wait_health LABEL URL PID LOG TIMEOUT: wait until URL answers 200. Fails (return 1, message in
-# QC_HEALTH_ERROR) when the process exits or TIMEOUT seconds pass; the message names the server and its log.
+# qc_wait_health LABEL URL PID LOG TIMEOUT: wait until URL answers 200 (launch/serving.py: the reward's own wait, the one
+# the training job uses). Fails (return 1, message in QC_HEALTH_ERROR) when the process exits or TIMEOUT seconds pass;
+# the message names the server and its log.
 qc_wait_health() {
-  local label=$1 url=$2 pid=$3 log=$4 timeout=$5
+  local label=$1 url=$2 pid=$3 log=$4 timeout=$5 out
   if [[ ${QC_DRY_RUN:-0} == 1 ]]; then
     echo "+ wait until $url answers 200 (at most ${timeout}s), else stop: $label is not healthy, see $log"
     return 0
   fi
-  local deadline=$((SECONDS + timeout))
-  while ((SECONDS < deadline)); do
-    if qc_http_ok "$url"; then
-      qc_log "$label is healthy ($url after $((SECONDS - deadline + timeout))s)"
-      return 0
-    fi
-    if ! kill -0 "$pid" 2>/dev/null; then
-      wait "$pid" 2>/dev/null
-      QC_HEALTH_ERROR="$label exited (code $?) before answering $url; see its log: $log"
-      return 1
-    fi
-    sleep "${QUOTECITE_HEALTH_POLL:-2}"
-  done
-  QC_HEALTH_ERROR="$label did not answer $url within ${timeout}s; see its log: $log"
+  if out=$(cd "$QC_REPO" && "${QC_PY:-python3}" -m launch.serving wait-health "$url" --pid "$pid" --timeout "$timeout" \
+    --poll "${QUOTECITE_HEALTH_POLL:-2}" --label "$label" --log "$log" 2>>"$log"); then
+    qc_log "$out"
+    return 0
+  fi
+  QC_HEALTH_ERROR=${out:-$label is not healthy; see its log: $log}
   return 1
 }
 
@@ -216,16 +199,21 @@ qc_submit_chain() {
 # QC_MULTI_NODE); without it (eval_8b.sh): judge and embedder on this node's QC_SERVER_GPUS, as always. On one node the
 # servers listen on 127.0.0.1; on several they listen on, and are reached by, their node's name.
 qc_servers_plan() {
-  QC_JUDGE_MODEL=${QUOTECITE_JUDGE_MODEL:-Qwen/Qwen3.5-9B}
-  QC_EMBED_MODEL=${QUOTECITE_EMBED_MODEL:-Qwen/Qwen3-VL-Embedding-2B}
-  QC_HEALTH_TIMEOUT=${QUOTECITE_HEALTH_TIMEOUT:-1800}
+  local defaults
+  # the defaults live in launch/settings.py (the one table of settings)
+  defaults=$(cd "$QC_REPO" && "${QC_PY:-python3}" -m launch.settings shell QUOTECITE_JUDGE_MODEL QUOTECITE_EMBED_MODEL \
+    QUOTECITE_HEALTH_TIMEOUT QUOTECITE_JUDGE_PORT QUOTECITE_EMBED_PORT) || qc_die "bad settings (see above)"
+  eval "$defaults"
+  QC_JUDGE_MODEL=$QUOTECITE_JUDGE_MODEL
+  QC_EMBED_MODEL=$QUOTECITE_EMBED_MODEL
+  QC_HEALTH_TIMEOUT=$QUOTECITE_HEALTH_TIMEOUT
   [[ -n ${QC_SERVERS[*]:-} ]] || QC_SERVERS=(judge embed)
   local name want port taken=" " host node where i=0 judge_urls=()
   for name in "${QC_SERVERS[@]}"; do
     case $name in
-      judge) want=${QUOTECITE_JUDGE_PORT:-8000} ;;
-      embed) want=${QUOTECITE_EMBED_PORT:-8001} ;;
-      *) want=$((${QUOTECITE_JUDGE_PORT:-8000} > 0 ? ${QUOTECITE_JUDGE_PORT:-8000} + ${name#judge} : 0)) ;;
+      judge) want=$QUOTECITE_JUDGE_PORT ;;
+      embed) want=$QUOTECITE_EMBED_PORT ;;
+      *) want=$((QUOTECITE_JUDGE_PORT > 0 ? QUOTECITE_JUDGE_PORT + ${name#judge} : 0)) ;;
     esac
     port=$(qc_free_port "$want")
     while [[ $taken == *" $port "* ]]; do port=$(qc_free_port 0); done
@@ -273,27 +261,15 @@ qc_srv_var() {
   fi
 }
 
-# qc_server_argv NAME: QC_SRV_ARGV, the command line of server NAME (judge, judge2, ..., embed).
+# qc_server_argv NAME: QC_SRV_ARGV, the command line of server NAME (judge, judge2, ..., embed), from launch/serving.py
+# (the one definition the training job uses too): the program QC_JUDGE_CMD / QC_EMBED_CMD, then the model and flags.
 qc_server_argv() {
-  local name=$1 portv=QC_SRV_PORT_$1 hostv=QC_SRV_HOST_$1
-  # The judge sees up to recipe's max_crops (6) block crops per request; its structured outputs leave out free
-  # whitespace (a constrained reply is compact JSON, so it always ends within max_tokens); the embedder runs vLLM's
-  # pooling runner (last-token hidden state, L2-normalised: the encoder's embedding). The weights are
-  # QUOTECITE_{JUDGE,EMBED}_WEIGHTS (a local folder) when set, else the model id; the served name is the model id.
-  # Extra flags split on spaces.
-  if [[ $name == embed ]]; then
-    # shellcheck disable=SC2206
-    QC_SRV_ARGV=("${QC_EMBED_CMD[@]}" "${QUOTECITE_EMBED_WEIGHTS:-$QC_EMBED_MODEL}" --host "${!hostv}" --port "${!portv}"
-      --served-model-name "$QC_EMBED_MODEL" --runner pooling
-      --gpu-memory-utilization "${QUOTECITE_EMBED_GPU_UTIL:-0.25}"
-      --max-model-len "${QUOTECITE_EMBED_MAX_MODEL_LEN:-8192}" ${QUOTECITE_EMBED_ARGS:-})
-  else
-    # shellcheck disable=SC2206
-    QC_SRV_ARGV=("${QC_JUDGE_CMD[@]}" "${QUOTECITE_JUDGE_WEIGHTS:-$QC_JUDGE_MODEL}" --host "${!hostv}" --port "${!portv}"
-      --served-model-name "$QC_JUDGE_MODEL" --gpu-memory-utilization "${QUOTECITE_JUDGE_GPU_UTIL:-0.55}"
-      --max-model-len "${QUOTECITE_JUDGE_MAX_MODEL_LEN:-32768}" --limit-mm-per-prompt '{"image": 8}'
-      --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}' ${QUOTECITE_JUDGE_ARGS:-})
-  fi
+  local name=$1 portv=QC_SRV_PORT_$1 hostv=QC_SRV_HOST_$1 role=judge cmd
+  [[ $name == embed ]] && role=embed
+  if [[ $role == embed ]]; then cmd=$(qc_quote "${QC_EMBED_CMD[@]}"); else cmd=$(qc_quote "${QC_JUDGE_CMD[@]}"); fi
+  mapfile -t QC_SRV_ARGV < <(cd "$QC_REPO" && "${QC_PY:-python3}" -m launch.serving argv "$role" --host "${!hostv}" \
+    --port "${!portv}" --cmd "$cmd")
+  ((${#QC_SRV_ARGV[@]})) || qc_die "cannot build the $name server's command line (python -m launch.serving argv)"
 }
 
 # qc_on_node NAME LOG NODE POSITIONS DEVICES -- CMD...: qc_start CMD on this node with CUDA_VISIBLE_DEVICES=DEVICES

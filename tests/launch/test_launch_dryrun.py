@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,25 +60,6 @@ def plus_lines(out: str) -> list[list[str]]:
     return cmds
 
 
-# --------------------------------------------------------------------------------------------- dry run
-def test_dry_run_shows_the_gpu_split_trainer_on_0_1_servers_on_2(tmp_path):
-    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="144")
-    assert "# GPU split       trainer CUDA_VISIBLE_DEVICES=0,1 (trainer.n_gpus_per_node=2); judge + embedder " \
-           "CUDA_VISIBLE_DEVICES=2" in out  # fmt: skip
-    cmds = plus_lines(out)
-    judge = next(c for c in cmds if "Qwen/Qwen3.5-9B" in c and "--port" in c)
-    embed = next(c for c in cmds if "Qwen/Qwen3-VL-Embedding-2B" in c and "--port" in c)
-    trainer = next(c for c in cmds if "verl.trainer.main" in c)
-    assert judge[:3] == ["CUDA_VISIBLE_DEVICES=2", "vllm", "serve"]
-    assert embed[:3] == ["CUDA_VISIBLE_DEVICES=2", "vllm", "serve"]
-    assert trainer[0] == "CUDA_VISIBLE_DEVICES=0,1"
-    # the memory shares on the shared GPU, and the embedder's pooling runner
-    assert judge[judge.index("--gpu-memory-utilization") + 1] == "0.55"
-    assert embed[embed.index("--gpu-memory-utilization") + 1] == "0.25"
-    assert embed[embed.index("--runner") + 1] == "pooling"
-    assert cmds.index(judge) < cmds.index(embed) < cmds.index(trainer)  # judge, then embedder, then trainer
-
-
 PINNED = [
     f"data.format_prompt={REPO}/recipes/prompts/language_interface.jinja",
     f"worker.reward.reward_function={REPO}/reward/quote_reward.py:compute_score",
@@ -87,13 +70,61 @@ PINNED = [
 silently drop a format prompt it cannot find from its working directory) and the reward's batch shape."""
 
 
+# --------------------------------------------------------------------------------------------- dry run
+def steps(tmp: Path, args: tuple[str, ...] = (), **env: str) -> list[dict]:
+    """The dry run's steps (``--steps-json``): the job's own code path with the printing executor."""
+    r = subprocess.run(["bash", GRPO, "--dry-run", "--steps-json", *args], env=base_env(tmp, **env),
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def step(all_steps: list[dict], name: str) -> dict:
+    (one,) = [s for s in all_steps if s["name"] == name]
+    return one
+
+
+def program(s: dict) -> list[str]:
+    """The program a step runs, inside ``srun ...`` and ``launch/layout.py run ... --``."""
+    argv = s["argv"]
+    if "launch/layout.py" in " ".join(argv[:12]):
+        return argv[argv.index("--") + 1 :]
+    return argv
+
+
+def wrapper_flag(s: dict, flag: str) -> str:
+    argv = s["argv"][: s["argv"].index("--")]
+    return argv[argv.index(flag) + 1]
+
+
+def test_dry_run_shows_the_gpu_split_trainer_on_0_1_servers_on_2(tmp_path):
+    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="144")
+    assert "# GPU split       trainer CUDA_VISIBLE_DEVICES=0,1 (trainer.n_gpus_per_node=2); judge + embedder " \
+           "CUDA_VISIBLE_DEVICES=2" in out  # fmt: skip
+    st = steps(tmp_path, QUOTECITE_MAX_STEPS="144")
+    judge, embed, trainer = step(st, "judge"), step(st, "embed"), step(st, "trainer")
+    # servers through launch/layout.py run on GPU position 2 (mapped through CUDA_VISIBLE_DEVICES there)
+    assert [wrapper_flag(judge, "--gpus"), wrapper_flag(embed, "--gpus")] == ["2", "2"]
+    assert program(judge)[:2] == ["vllm", "serve"] and program(embed)[:2] == ["vllm", "serve"]
+    assert trainer["gpus"] == "0,1"
+    j, e = program(judge), program(embed)
+    assert j[j.index("--gpu-memory-utilization") + 1] == "0.55"
+    assert e[e.index("--gpu-memory-utilization") + 1] == "0.25"
+    assert e[e.index("--runner") + 1] == "pooling"
+    # the port is chosen where and when the server binds: {port} in the command, the wrapper writes it to a file
+    assert j[j.index("--port") + 1] == "{port}" and wrapper_flag(judge, "--port-file").endswith("/judge.port")
+    names = [s["name"] for s in st]
+    assert names == ["prepare", "disk", "judge", "health-judge", "embed", "health-embed", "check", "trainer", "finish",
+                     "submit"]  # fmt: skip
+
+
 def test_dry_run_trainer_command_resumes_in_the_run_folder_and_reaches_the_servers(tmp_path):
     run = tmp_path / "run"
-    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="144", QUOTECITE_TRAIN_FILES="/d/train.parquet")
-    trainer = next(c for c in plus_lines(out) if "verl.trainer.main" in c)
-    i = trainer.index("verl.trainer.main")
-    assert trainer[i - 2 : i] == ["python3", "-m"]
-    assert trainer[i + 1 :] == [
+    st = steps(tmp_path, QUOTECITE_MAX_STEPS="144", QUOTECITE_TRAIN_FILES="/d/train.parquet")
+    trainer = step(st, "trainer")
+    argv, env = trainer["argv"], trainer["env"]
+    assert argv[:3] == ["python3", "-m", "verl.trainer.main"]
+    assert argv[3:] == [
         f"config={REPO}/recipes/qwen3vl_8b_grpo.yaml",
         "trainer.nnodes=1",
         "trainer.n_gpus_per_node=2",
@@ -104,18 +135,17 @@ def test_dry_run_trainer_command_resumes_in_the_run_folder_and_reaches_the_serve
         *PINNED,
     ]
     assert all(Path(o.split("=", 1)[1].split(":")[0]).is_file() for o in PINNED[:2])
-    env = dict(x.split("=", 1) for x in trainer[2 : i - 2])  # after "env"
-    assert env["QUOTECITE_JUDGE_URL"] == "http://127.0.0.1:" + env["QUOTECITE_JUDGE_URL"].split(":")[2]
-    assert env["QUOTECITE_JUDGE_URL"].endswith("/v1") and env["QUOTECITE_EMBED_URL"].endswith("/v1")
-    assert env["QUOTECITE_JUDGE_URL"] != env["QUOTECITE_EMBED_URL"]
+    assert env["QUOTECITE_JUDGE_URL"] == "http://127.0.0.1:{port}/v1" == env["QUOTECITE_EMBED_URL"]
     assert (env["QUOTECITE_JUDGE_MODEL"], env["QUOTECITE_EMBED_MODEL"]) == (
         "Qwen/Qwen3.5-9B",
         "Qwen/Qwen3-VL-Embedding-2B",
     )
     assert env["QUOTECITE_CKPT_DIR"] == f"{run}/checkpoints"
     assert env["PYTHONPATH"].split(":")[0] == str(REPO)
+    # one trainer node: EasyR1's ray.init() starts a Ray of its own, in this job's own temp dir
+    assert env["RAY_ADDRESS"] == "local" and env["RAY_TMPDIR"] == "/tmp/qcray-JOBID"
     # the next job of the chain
-    sbatch = next(c for c in plus_lines(out) if c[0] == "sbatch")
+    sbatch = step(st, "submit")["argv"]
     assert "--dependency=afterany:JOBID" in sbatch and "--open-mode=append" in sbatch
     assert sbatch[-1] == GRPO
     assert not run.exists()  # a dry run creates nothing
@@ -133,24 +163,13 @@ def test_too_few_gpus_is_an_error_that_says_how_many_are_needed(tmp_path):
                        CUDA_VISIBLE_DEVICES="0,1"), capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 1
     assert "this job sees 2 GPU(s) (CUDA_VISIBLE_DEVICES=0,1), needs 3: 2 for the trainer, 1 for the judge" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_dry_run_passes_extra_arguments_to_the_trainer_and_the_next_job(tmp_path):
-    out = dry_run(tmp_path, args=("worker.rollout.n=8",), QUOTECITE_MAX_STEPS="8")
-    cmds = plus_lines(out)
-    assert next(c for c in cmds if "verl.trainer.main" in c)[-5:] == ["worker.rollout.n=8", *PINNED]
-    assert next(c for c in cmds if c[0] == "sbatch")[-2:] == [GRPO, "worker.rollout.n=8"]
-
-
-def test_dry_run_with_the_environment_setup_shows_the_pinned_installs_without_installing(tmp_path):
-    out = dry_run(
-        tmp_path, QUOTECITE_ENV_SETUP="1", QUOTECITE_MAX_STEPS="8", QUOTECITE_ENV_ROOT=str(tmp_path / "envs")
-    )
-    assert "verl @ git+https://github.com/hiyouga/EasyR1.git@b44b311" in out
-    assert "vllm==0.11.0" in out and "vllm==0.32.0" in out
-    assert f"{tmp_path}/envs/trainer-easyr1-b44b311-vllm-0.11.0/bin/python -m verl.trainer.main" in out
-    assert f"{tmp_path}/envs/server-vllm-0.32.0/bin/vllm serve Qwen/Qwen3.5-9B" in out
-    assert not (tmp_path / "envs").exists()
+    st = steps(tmp_path, args=("worker.rollout.n=8",), QUOTECITE_MAX_STEPS="8")
+    assert step(st, "trainer")["argv"][-5:] == ["worker.rollout.n=8", *PINNED]
+    assert step(st, "submit")["argv"][-2:] == [GRPO, "worker.rollout.n=8"]
 
 
 def test_eval_dry_run_infers_base_and_adapter_on_gpus_0_and_1_then_resolves_and_scores(tmp_path):
@@ -246,8 +265,9 @@ def test_a_judge_that_exits_at_start_is_named_with_its_log(tmp_path):
     assert r.returncode == 1
     seg = segment(run)
     log = run / "segments" / seg["name"] / "judge.log"
-    assert "error: judge server (Qwen/Qwen3.5-9B on GPU 2, port " in r.stderr
-    assert "exited (code 3) before answering http://127.0.0.1:" in r.stderr and f"see its log: {log}" in r.stderr
+    port = (run / "segments" / seg["name"] / "judge.port").read_text().strip()
+    assert f"error: judge server (Qwen/Qwen3.5-9B on GPU 2) exited (code 3) before answering http://127.0.0.1:{port}/health; " \
+           f"see its log: {log}. The chain stops here (no job submitted)." in r.stderr  # fmt: skip
     assert seg["status"] == "server_failed"
 
 
@@ -311,35 +331,31 @@ def test_vllm_standin_rejects_the_flags_vllm_rejects(flags, error, capsys, monke
 
 # --------------------------------------------------------------------------------------------- reward check
 def test_dry_run_prints_the_reward_check_between_the_servers_and_the_trainer(tmp_path):
-    out = dry_run(
-        tmp_path, args=("worker.rollout.n=8",), QUOTECITE_MAX_STEPS="8", QUOTECITE_TRAIN_FILES="/d/t.parquet"
-    )
-    cmds = plus_lines(out)
-    check = next(c for c in cmds if "reward" in c and "check" in c)
-    trainer = next(c for c in cmds if "verl.trainer.main" in c)
-    embed = next(c for c in cmds if "Qwen/Qwen3-VL-Embedding-2B" in c and "--port" in c)
-    assert cmds.index(embed) < cmds.index(check) < cmds.index(trainer)
-    i = check.index("-m")
-    assert check[i - 1 : i + 3] == [PY, "-m", "reward", "check"]  # the trainer's python (here QUOTECITE_PYTHON)
-    assert "CUDA_VISIBLE_DEVICES=" in check[:i]  # no GPU, like EasyR1's reward actor
-    flags = dict(zip(check[i + 3 : i + 11 : 2], check[i + 4 : i + 11 : 2], strict=True))
-    t_env = dict(x.split("=", 1) for x in trainer[2 : trainer.index("verl.trainer.main") - 2])
+    st = steps(tmp_path, args=("worker.rollout.n=8",), QUOTECITE_MAX_STEPS="8", QUOTECITE_TRAIN_FILES="/d/t.parquet")
+    names = [s["name"] for s in st]
+    assert names.index("health-embed") < names.index("check") < names.index("trainer")
+    check, trainer = step(st, "check"), step(st, "trainer")
+    c = check["argv"]
+    assert c[:4] == [PY, "-m", "reward", "check"]  # the trainer's python (here QUOTECITE_PYTHON)
+    assert check["gpus"] == ""  # no GPU, like EasyR1's reward actor
+    assert check["env"] == trainer["env"]  # as the reward will run
+    flags = dict(zip(c[4:12:2], c[5:12:2], strict=True))
     assert flags == {
         "--recipe": f"{REPO}/recipes/qwen3vl_8b_grpo.yaml",
-        "--judge-url": t_env["QUOTECITE_JUDGE_URL"],
+        "--judge-url": trainer["env"]["QUOTECITE_JUDGE_URL"],
         "--judge-model": "Qwen/Qwen3.5-9B",
-        "--embed-url": t_env["QUOTECITE_EMBED_URL"],
+        "--embed-url": trainer["env"]["QUOTECITE_EMBED_URL"],
     }
     # the trainer's overrides, so the check reads the data files and settings the trainer will use
-    t_over = trainer[trainer.index("verl.trainer.main") + 2 :]
-    assert check[i + 11] == "--" and check[i + 12 :] == t_over
+    t_over = trainer["argv"][4:]
+    assert c[12] == "--" and c[13:] == t_over
     assert "data.train_files=/d/t.parquet" in t_over and t_over[-5:] == ["worker.rollout.n=8", *PINNED]
 
 
 def test_dry_run_with_preflight_off_prints_no_check(tmp_path):
     out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", QUOTECITE_PREFLIGHT="0")
-    assert not [c for c in plus_lines(out) if "reward" in c and "check" in c]
     assert "# reward check skipped (QUOTECITE_PREFLIGHT=0)" in out
+    assert "check" not in [s["name"] for s in steps(tmp_path, QUOTECITE_MAX_STEPS="8", QUOTECITE_PREFLIGHT="0")]
 
 
 def checked_recipe(data: Path) -> str:
@@ -394,90 +410,90 @@ def slurm_alloc(nodes: int, nodelist: str, gpus: int) -> dict[str, str]:
     return {"SLURM_JOB_NUM_NODES": str(nodes), "SLURM_JOB_NODELIST": nodelist, "SLURM_GPUS_ON_NODE": str(gpus)}
 
 
-def trainer_of(out: str) -> tuple[list[str], dict[str, str], list[str]]:
-    """The trainer's command: (its CUDA_VISIBLE_DEVICES=... prefix and program, its env, its overrides)."""
-    trainer = next(c for c in plus_lines(out) if "verl.trainer.main" in c)
-    i = trainer.index("verl.trainer.main")
-    env = dict(x.split("=", 1) for x in trainer[2 : i - 2])
-    return trainer[:1], env, trainer[i + 1 :]
-
-
 def test_dry_run_1x3_from_slurm_variables_is_todays_plan_without_ray(tmp_path):
     out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", **slurm_alloc(1, "vm", 3))
     assert "# GPU split       trainer CUDA_VISIBLE_DEVICES=0,1 (trainer.n_gpus_per_node=2); judge + embedder " \
            "CUDA_VISIBLE_DEVICES=2" in out  # fmt: skip
-    assert "ray start" not in out and "RAY_ADDRESS" not in out and "srun" not in out
-    prefix, env, over = trainer_of(out)
-    assert prefix == ["CUDA_VISIBLE_DEVICES=0,1"] and "RAY_ADDRESS" not in env
-    assert over[1:3] == ["trainer.nnodes=1", "trainer.n_gpus_per_node=2"]
-    assert env["QUOTECITE_JUDGE_URL"].startswith("http://127.0.0.1:")
+    st = steps(tmp_path, QUOTECITE_MAX_STEPS="8", **slurm_alloc(1, "vm", 3))
+    assert not [s for s in st if s["name"].startswith("ray") or s.get("argv", [""])[0] == "srun"]
+    trainer = step(st, "trainer")
+    assert trainer["gpus"] == "0,1" and trainer["env"]["RAY_ADDRESS"] == "local"
+    assert trainer["argv"][4:6] == ["trainer.nnodes=1", "trainer.n_gpus_per_node=2"]
+    assert trainer["env"]["QUOTECITE_JUDGE_URL"].startswith("http://127.0.0.1:")
 
 
 def test_dry_run_3x1_ray_head_worker_servers_on_the_third_node(tmp_path):
-    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", QUOTECITE_RAY_PORT="0", **slurm_alloc(3, "gpu[01-03]", 1))
+    alloc = slurm_alloc(3, "gpu[01-03]", 1)
+    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", **alloc)
     assert "# nodes           3: gpu01 gpu02 gpu03 (GPUs per node: 1 1 1; SLURM_GPUS_ON_NODE=1)" in out
     assert "# trainer         2 node(s) x 1 GPU(s): gpu01 gpu02, GPU(s) 0 on each (trainer.nnodes=2 " \
            "trainer.n_gpus_per_node=1)" in out  # fmt: skip
-    cmds = plus_lines(out)
-    head = next(c for c in cmds if "--head" in c)
-    port = head[head.index("--port") + 1]
-    assert head[0] == "CUDA_VISIBLE_DEVICES=0" and head[head.index("--num-gpus") + 1] == "1"
-    assert head[head.index("--", 1) + 1 :][:3] == ["ray", "start", "--head"]  # through launch/layout.py run
-    assert head[head.index("--node-ip-address") + 1] == node_address("gpu01")  # its address, or the name on a laptop
-    worker = next(c for c in cmds if "--address" in c and "start" in c)
-    assert worker[:6] == ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu02", "--overlap"]
-    ray_args = worker[worker.index("ray") :]
-    assert ray_args[:4] == ["ray", "start", "--address", f"{head[head.index('--node-ip-address') + 1]}:{port}"]
-    assert "--block" in ray_args and ray_args[ray_args.index("--num-gpus") + 1] == "1"
-    assert worker[worker.index("--gpus") + 1] == "0"  # that node's GPU 0
-    judge = next(c for c in cmds if "Qwen/Qwen3.5-9B" in c and "--port" in c)
-    embed = next(c for c in cmds if "Qwen/Qwen3-VL-Embedding-2B" in c and "--port" in c)
-    for srv in (judge, embed):
-        assert srv[:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu03"]
-        assert srv[srv.index("--host") + 1] == "gpu03"  # listens on, and is reached by, its node's name
-    assert any(c[:2] == ["wait", "until"] and "lists" in c for c in cmds)  # waits for both Ray nodes
-    prefix, env, over = trainer_of(out)
-    assert prefix == ["CUDA_VISIBLE_DEVICES=0"]
-    assert env["RAY_ADDRESS"] == ray_args[3]
-    assert env["QUOTECITE_JUDGE_URL"] == f"http://gpu03:{judge[judge.index('--port') + 1]}/v1"
-    assert env["QUOTECITE_EMBED_URL"] == f"http://gpu03:{embed[embed.index('--port') + 1]}/v1"
-    assert over[1:3] == ["trainer.nnodes=2", "trainer.n_gpus_per_node=1"]
-    assert cmds.index(head) < cmds.index(worker) < cmds.index(judge) < cmds.index(embed)
+    st = steps(tmp_path, QUOTECITE_MAX_STEPS="8", SLURM_CPUS_PER_TASK="16", **alloc)
+    head, worker = step(st, "ray_0"), step(st, "ray_1")
+    h = program(head)
+    assert h[:3] == ["ray", "start", "--head"] and wrapper_flag(head, "--gpus") == "0"
+    assert h[h.index("--num-gpus") + 1] == "1" and h[h.index("--port") + 1] == "{port}"
+    assert h[h.index("--node-ip-address") + 1] == node_address("gpu01")  # its address, or the name on a laptop
+    assert h[h.index("--temp-dir") + 1] == "/tmp/qcray-JOBID"  # this job's own Ray
+    # every srun step asks for the job's CPUs (srun does not inherit --cpus-per-task since Slurm 22.05)
+    assert worker["argv"][:6] == ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu02", "--overlap"]
+    assert "--cpus-per-task=16" in worker["argv"][: worker["argv"].index("--")]
+    w = program(worker)
+    assert w[:4] == ["ray", "start", "--address", f"{node_address('gpu01')}:{{port}}"]
+    assert "--block" in w and w[w.index("--num-gpus") + 1] == "1" and wrapper_flag(worker, "--gpus") == "0"
+    # the Ray nodes carry the trainer's environment, so a reward actor on any node sees the servers and the run folder
+    trainer = step(st, "trainer")
+    for k in ("QUOTECITE_JUDGE_URL", "QUOTECITE_EMBED_URL", "QUOTECITE_METRICS_DIR", "QUOTECITE_SEGMENT", "WANDB_MODE",
+              "WANDB_DIR", "PYTHONPATH"):  # fmt: skip
+        assert head["env"][k] == worker["env"][k] == trainer["env"][k], k
+    for name in ("judge", "embed"):
+        srv = step(st, name)
+        assert srv["argv"][:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu03"]
+        assert "--cpus-per-task=16" in srv["argv"]
+        assert program(srv)[program(srv).index("--host") + 1] == "gpu03"  # listens on, reached by, its node's name
+    assert "lists 2 active nodes" in step(st, "ray-nodes")["text"]
+    assert trainer["gpus"] == "0" and trainer["env"]["RAY_ADDRESS"] == w[3]
+    assert trainer["env"]["QUOTECITE_JUDGE_URL"] == "http://gpu03:{port}/v1"
+    assert trainer["argv"][4:6] == ["trainer.nnodes=2", "trainer.n_gpus_per_node=1"]
+    names = [s["name"] for s in st]
+    # the servers first (their URLs are part of the Ray nodes' environment), then Ray, the check, the trainer
+    assert names.index("embed") < names.index("ray_0") < names.index("ray_1") < names.index("check") < \
+           names.index("trainer")  # fmt: skip
 
 
 def test_dry_run_2x8_trains_on_the_first_node_and_serves_on_the_last_gpu_of_the_second(tmp_path):
     out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", **slurm_alloc(2, "gpu[01-02]", 8))
     assert "# Ray cluster     none (one trainer node: EasyR1 starts its own)" in out
     assert "# idle GPUs       gpu02 GPU 0-6" in out
-    cmds = plus_lines(out)
-    assert not any("ray" in c for c in cmds)
-    judge = next(c for c in cmds if "Qwen/Qwen3.5-9B" in c and "--port" in c)
-    assert judge[:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu02"] and judge[judge.index("--gpus") + 1] == "7"
-    prefix, env, over = trainer_of(out)
-    assert prefix == ["CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"] and "RAY_ADDRESS" not in env
-    assert over[1:3] == ["trainer.nnodes=1", "trainer.n_gpus_per_node=8"]
+    st = steps(tmp_path, QUOTECITE_MAX_STEPS="8", **slurm_alloc(2, "gpu[01-02]", 8))
+    assert not [s for s in st if s["name"].startswith("ray")]
+    judge = step(st, "judge")
+    assert (
+        judge["argv"][:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu02"]
+        and wrapper_flag(judge, "--gpus") == "7"
+    )
+    trainer = step(st, "trainer")
+    assert trainer["gpus"] == "0,1,2,3,4,5,6,7" and trainer["env"]["RAY_ADDRESS"] == "local"
+    assert trainer["argv"][4:6] == ["trainer.nnodes=1", "trainer.n_gpus_per_node=8"]
 
 
 def test_dry_run_2x8_two_judge_replicas_and_ray_across_both_nodes(tmp_path):
-    out = dry_run(tmp_path, QUOTECITE_MAX_STEPS="8", QUOTECITE_JUDGE_REPLICAS="2", QUOTECITE_SERVE_GPUS="2",
-                  QUOTECITE_TRAIN_GPUS_PER_NODE="6", **slurm_alloc(2, "gpu[01-02]", 8))  # fmt: skip
-    cmds = plus_lines(out)
-    judges = [c for c in cmds if "Qwen/Qwen3.5-9B" in c and "--port" in c]
-    assert [(c[4], c[c.index("--gpus") + 1]) for c in judges] == [("gpu02", "6"), ("gpu02", "7")]
-    ports = [c[c.index("--port") + 1] for c in judges]
-    assert len(set(ports)) == 2
-    embed = next(c for c in cmds if "Qwen/Qwen3-VL-Embedding-2B" in c and "--port" in c)
-    assert embed[embed.index("--gpus") + 1] == "7" and embed[embed.index("--port") + 1] not in ports
-    prefix, env, over = trainer_of(out)
+    st = steps(tmp_path, QUOTECITE_MAX_STEPS="8", QUOTECITE_JUDGE_REPLICAS="2", QUOTECITE_SERVE_GPUS="2",
+               QUOTECITE_TRAIN_GPUS_PER_NODE="6", **slurm_alloc(2, "gpu[01-02]", 8))  # fmt: skip
+    judges = [step(st, "judge"), step(st, "judge2")]
+    assert [(j["argv"][4], wrapper_flag(j, "--gpus")) for j in judges] == [("gpu02", "6"), ("gpu02", "7")]
+    assert [wrapper_flag(j, "--port-file").rsplit("/", 1)[1] for j in judges] == ["judge.port", "judge2.port"]
+    embed = step(st, "embed")
+    assert wrapper_flag(embed, "--gpus") == "7"
+    trainer = step(st, "trainer")
     # the reward gets both replicas, comma-separated (reward/servers.py)
-    assert env["QUOTECITE_JUDGE_URL"] == ",".join(f"http://gpu02:{p}/v1" for p in ports)
-    assert prefix == ["CUDA_VISIBLE_DEVICES=0,1,2,3,4,5"] and "RAY_ADDRESS" in env
-    assert over[1:3] == ["trainer.nnodes=2", "trainer.n_gpus_per_node=6"]
-    worker = next(c for c in cmds if "--address" in c and "start" in c)
-    assert worker[4] == "gpu02" and worker[worker.index("--gpus") + 1] == "0,1,2,3,4,5"
-    check = next(c for c in cmds if "reward" in c and "check" in c)
-    assert check[check.index("--judge-url") + 1] == env["QUOTECITE_JUDGE_URL"]
-    assert "# idle GPUs       gpu01 GPU 6-7" in out
+    assert trainer["env"]["QUOTECITE_JUDGE_URL"] == "http://gpu02:{port}/v1,http://gpu02:{port}/v1"
+    assert trainer["gpus"] == "0,1,2,3,4,5" and trainer["env"]["RAY_ADDRESS"] != "local"
+    assert trainer["argv"][4:6] == ["trainer.nnodes=2", "trainer.n_gpus_per_node=6"]
+    worker = step(st, "ray_1")
+    assert worker["argv"][4] == "gpu02" and wrapper_flag(worker, "--gpus") == "0,1,2,3,4,5"
+    check = step(st, "check")
+    assert check["argv"][check["argv"].index("--judge-url") + 1] == trainer["env"]["QUOTECITE_JUDGE_URL"]
 
 
 def test_dry_run_allocation_too_small_is_an_error_naming_the_variables(tmp_path):
@@ -486,3 +502,91 @@ def test_dry_run_allocation_too_small_is_an_error_naming_the_variables(tmp_path)
                        timeout=60)  # fmt: skip
     assert r.returncode == 1
     assert "this job sees 2 GPU(s) (SLURM_GPUS_ON_NODE=1), needs 3: 1 for the trainer, 2 for the judge" in r.stderr
+
+
+# --------------------------------------------------------------------------------------------- settings, set-up
+def test_an_unknown_or_bad_setting_stops_the_job_before_anything_starts(tmp_path):
+    env = standin_env(tmp_path, max_steps=2, **{"QUOTECITE_" + "HEALT_TIMEOUT": "5"}, QUOTECITE_STOP_GRACE="soon")
+    for args in ([], ["--dry-run"]):
+        r = subprocess.run(["bash", GRPO, *args], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "QUOTECITE_" + "HEALT_TIMEOUT is not a setting (did you mean QUOTECITE_HEALTH_TIMEOUT?)" in r.stderr
+        assert "QUOTECITE_STOP_GRACE='soon'" in r.stderr or "QUOTECITE_STOP_GRACE=soon" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_settings_prints_every_resolved_value(tmp_path):
+    r = subprocess.run(["bash", GRPO, "--settings"], env=base_env(tmp_path, QUOTECITE_HEALTH_TIMEOUT="90"),
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if "QUOTECITE_HEALTH_TIMEOUT" in x)
+    assert "90" in line and "environment" in line
+    assert "Qwen/Qwen3.5-9B" in next(x for x in r.stdout.splitlines() if "QUOTECITE_JUDGE_MODEL" in x)
+
+
+def test_a_job_without_its_software_stops_in_seconds_naming_the_set_up_command(tmp_path):
+    env = standin_env(tmp_path, max_steps=2, QUOTECITE_ENV_SETUP="1", QUOTECITE_ENV_ROOT=str(tmp_path / "envs"),
+                      QUOTECITE_HF_HOME=str(tmp_path / "hf"))  # fmt: skip
+    started = time.monotonic()
+    r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - started
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "python -m launch.setup setup" in r.stderr and "python -m launch.setup fetch-models" in r.stderr
+    assert took < 30  # no install, no download: it only looks
+    assert not (tmp_path / "run" / "segments").exists() and not (tmp_path / "envs").exists()
+
+
+def test_a_one_node_trainer_starts_its_own_ray_even_with_a_stale_cluster_file(tmp_path):
+    # EasyR1's plain ray.init() joins the cluster /tmp/ray/ray_current_cluster names (a killed `ray start` never
+    # clears it). The launch gives the trainer RAY_ADDRESS=local and a temp dir of the job's own.
+    stale = Path("/tmp/ray/ray_current_cluster")
+    made = not stale.exists()
+    if made:
+        stale.parent.mkdir(parents=True, exist_ok=True)
+        stale.write_text("192.0.2.1:6379")  # TEST-NET: nothing answers there
+    ray_tmp = Path(f"/tmp/qcr-{os.getpid()}")  # Ray's unix sockets live below it: paths are limited to 107 bytes
+    try:
+        env = standin_env(tmp_path, max_steps=1, QUOTECITE_STANDIN_RAY_INIT="1", QUOTECITE_PREFLIGHT="0",
+                          QUOTECITE_RAY_TMPDIR=str(ray_tmp))  # fmt: skip
+        r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        if made:
+            stale.unlink(missing_ok=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert r.returncode == 0, r.stderr
+    log = (tmp_path / "run" / "segments" / segment(tmp_path / "run")["name"] / "trainer.log").read_text()
+    got = json.loads(next(x for x in log.splitlines() if x.startswith('{"standin": "ray-local"')))
+    assert got["session_dir"].startswith(str(ray_tmp)), got  # its own cluster, in the job's temp dir
+    assert not got["address"].startswith("192.0.2.1")
+
+
+def test_a_run_whose_checkpoints_cannot_fit_the_disk_is_refused_with_the_numbers(tmp_path):
+    # The 8B policy's checkpoints (about 19 GiB each, every one kept: save_limit -1) for 100000 steps at save_freq 1
+    # fit no disk: the job refuses before any server starts, naming the need and the free space.
+    run = tmp_path / "run"
+    env = standin_env(tmp_path, max_steps=100000)
+    recipe = tmp_path / "big.yaml"
+    recipe.write_text(
+        (STANDIN_RECIPE % 1).replace("model_path: standin/policy", "model_path: Qwen/Qwen3-VL-8B-Instruct")
+    )
+    env["QUOTECITE_RECIPE"] = str(recipe)
+    r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert re.search(r"not enough disk for the run's checkpoints: .*100000 checkpoints x 1\d\.\d GiB", r.stderr)
+    assert "free" in r.stderr and "The chain stops here (no job submitted)." in r.stderr
+    seg = segment(run)
+    assert seg["status"] == "crashed" and not (run / "segments" / seg["name"] / "judge.log").exists()
+
+
+def test_the_next_job_warns_when_save_freq_steps_outlast_the_stop_grace(tmp_path):
+    # Steps of 0.5 s, a checkpoint every 8 steps, a stop grace of 2 s: after SIGUSR1 the launch could wait 4 s for
+    # the next checkpoint, past the grace, losing steps at every requeue. The first job measures the step time.
+    env = standin_env(tmp_path, max_steps=2, save_freq=8, QUOTECITE_STOP_GRACE="2", QUOTECITE_PREFLIGHT="0")
+    r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "save_freq" not in r.stderr  # nothing measured before the first job
+    env["QUOTECITE_MAX_STEPS"] = "4"
+    r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    warning = next(x for x in r.stderr.splitlines() if "warning:" in x and "save_freq" in x)
+    assert "save_freq=8" in warning and "save_freq=4" in warning, warning

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import REPO
 
-SCRIPTS = ["launch/grpo_8b.sh", "launch/eval_8b.sh", "launch/prep_array.sh"]
+SCRIPTS = ["launch/eval_8b.sh", "launch/prep_array.sh"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -33,3 +33,38 @@ def test_help_follows_the_markers_when_the_header_moves(script, tmp_path):
     out = subprocess.run(["bash", str(moved), "-h"], capture_output=True, text=True, timeout=60)
     original = subprocess.run(["bash", script, "-h"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout == original.stdout
+
+
+def test_the_training_script_is_its_header_and_one_program():
+    text = (REPO / "launch/grpo_8b.sh").read_text()
+    assert len(text.splitlines()) < 60
+    assert text.rstrip().endswith('exec "$QC_PY" -m launch.job "$@"')
+
+
+def test_training_help_lists_every_launch_setting():
+    from launch.settings import SETTINGS
+
+    out = subprocess.run(["bash", "launch/grpo_8b.sh", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stderr == ""
+    for s in SETTINGS:
+        if "launch" in s.readers:
+            assert s.name in out.stdout, s.name
+    assert "--dry-run" in out.stdout and "--settings" in out.stdout
+
+
+def test_the_memory_request_is_the_estimate_it_comes_from():
+    from launch.budget import plan_from_recipe
+
+    header = (REPO / "launch/grpo_8b.sh").read_text()
+    (mem,) = re.findall(r"^#SBATCH --mem=(\S+)$", header, re.M)
+    plan = plan_from_recipe(REPO / "recipes/qwen3vl_8b_grpo.yaml", n_gpus_per_node=2)
+    assert mem == plan.estimate.sbatch_mem
+    assert "python -m launch.budget memory --recipe recipes/qwen3vl_8b_grpo.yaml" in header
+
+
+def test_the_readme_settings_table_is_the_settings_module():
+    from launch.settings import render_markdown
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("<!-- settings table: python -m launch.settings markdown -->\n", 1)[1]
+    assert block.split("<!-- end settings table -->", 1)[0] == render_markdown()

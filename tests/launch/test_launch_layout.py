@@ -252,3 +252,37 @@ def test_the_module_examples_hold():
 
     result = doctest.testmod(launch.layout)
     assert result.attempted >= 6 and result.failed == 0
+
+
+# --------------------------------------------------------------------------------------------- ports at bind time
+def test_a_server_that_loses_its_port_before_binding_is_started_again_on_another(tmp_path):
+    # The first start plays the race: another process takes the chosen port (a detached holder) and the server
+    # fails as vLLM does on a taken port; the wrapper sees the port held by someone else and starts it again.
+    marker, port_file = tmp_path / "first", tmp_path / "srv.port"
+    holder = tmp_path / "holder.py"
+    holder.write_text("import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1])))\n"
+                      "s.listen(); time.sleep(30)\n")  # fmt: skip
+    server = (
+        "import os, subprocess, socket, sys, time\n"
+        f"port = int(sys.argv[1]); marker = {str(marker)!r}\n"
+        "if not os.path.exists(marker):\n"
+        "    open(marker, 'w').close()\n"
+        f"    subprocess.Popen([sys.executable, {str(holder)!r}, str(port)], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "    time.sleep(1); sys.exit('OSError: [Errno 98] Address already in use')\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', port)); print('bound', port)\n"
+    )
+    r = subprocess.run([sys.executable, str(REPO / "launch" / "layout.py"), "run", "--gpus", "0", "--port-file",
+                        str(port_file), "--bind-host", "127.0.0.1", "--", sys.executable, "-c", server, "{port}"],
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    final = int(port_file.read_text())
+    assert f"bound {final}" in r.stdout
+    assert "was taken before the server bound it; starting it again on another port (1 of 3)" in r.stderr
+
+
+def test_a_server_that_fails_for_another_reason_is_not_restarted(tmp_path):
+    r = subprocess.run([sys.executable, str(REPO / "launch" / "layout.py"), "run", "--gpus", "0", "--port-file",
+                        str(tmp_path / "p"), "--", sys.executable, "-c", "import sys; sys.exit(3)", "{port}"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 3 and "starting it again" not in r.stderr
+    assert int((tmp_path / "p").read_text()) > 0

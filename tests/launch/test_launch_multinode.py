@@ -19,11 +19,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.test_launch import REPO, SBATCH_ARGS, Run, T, assert_every_step_once, show_job
+from tests.launch.test_launch import (
+    NEXT_JOB_ARGS,
+    ONE_CALL_EACH,
+    REPO,
+    SBATCH_ARGS,
+    Run,
+    T,
+    assert_every_step_once,
+    show_job,
+)
 from tests.launch.test_launch import _slurm_reason as _base_reason
-from tests.support.slurm import wait_for
+from tests.support.slurm import jobs_named, wait_for
 
 PARTITION_ARGS = "-p ci3 --nodes=3 --gpus-per-node=1"
+BOTH_NODES = {"judge_calls": 2, "embed_calls": 2, "nodes": {"ci3n1": ONE_CALL_EACH, "ci3n2": ONE_CALL_EACH}}
+"""The reward counters of a step trained on ci3n1 and ci3n2: one reward task on each node wrote its own."""
 RAY = REPO / ".venv" / "bin" / "ray"
 
 
@@ -47,7 +58,7 @@ class MultiRun(Run):
     def __init__(self, tmp: Path, max_steps: int, save_freq: int = 1, gate: bool = False, **env: str) -> None:
         # Ray's sockets live under its temp dir: a short path (unix socket paths are limited to ~107 bytes)
         self.ray_tmp = f"/tmp/qcray-{uuid.uuid4().hex[:8]}"
-        super().__init__(tmp, max_steps, save_freq, gate, QUOTECITE_SBATCH_ARGS=f"{PARTITION_ARGS} {SBATCH_ARGS}",
+        super().__init__(tmp, max_steps, save_freq, gate, QUOTECITE_SBATCH_ARGS=NEXT_JOB_ARGS,
                          QUOTECITE_RAY_CMD=str(RAY), QUOTECITE_RAY_TMPDIR=self.ray_tmp, QUOTECITE_RAY_TIMEOUT="120",
                          **env)  # fmt: skip
 
@@ -93,7 +104,8 @@ def test_three_nodes_train_on_a_ray_cluster_across_a_requeue_with_every_step_onc
     segs = run.segments()
     assert [(s["name"], s["status"]) for s in segs] == [(first, "terminated"), (f"{job}-1", "finished")]
     assert segs[1]["resume_step"] == 3
-    assert_every_step_once(run, 6)
+    # every step's reward counters were written by a Ray task on each trainer node, from that node's environment
+    assert_every_step_once(run, 6, BOTH_NODES)
     for seg in segs:
         # the stand-in trainer joined the job's Ray cluster and saw both trainer nodes with one GPU each
         seen = run.first_line(seg["name"], "trainer.log", '{"standin": "ray"')
@@ -106,7 +118,7 @@ def test_three_nodes_train_on_a_ray_cluster_across_a_requeue_with_every_step_onc
         assert judge["argv"][judge["argv"].index("--host") + 1] == "ci3n3"
     chain = (run.dir / "chain.log").read_text()
     assert "Ray cluster at 127.0.0.1:" in chain and "2 nodes (ci3n1 ci3n2), 1 GPU(s) each" in chain
-    assert "judge server (Qwen/Qwen3.5-9B on ci3n3 GPU 0, port " in chain and "(http://ci3n3:" in chain
+    assert "judge server (Qwen/Qwen3.5-9B on ci3n3 GPU 0) is healthy at http://ci3n3:" in chain
     assert "trainer         2 node(s) x 1 GPU(s): ci3n1 ci3n2" in chain
     wait_for(lambda: not run.ray_processes(), 30, "every Ray process to end with the job")
 
@@ -134,7 +146,7 @@ def test_a_ray_worker_step_that_dies_fails_the_segment_naming_its_node(tmp_path,
     assert [s["status"] for s in segs] == ["crashed", "finished"]
     assert segs[0]["message"].startswith("Ray worker (srun step) on ci3n2 exited (code 137); see its log ")
     assert segs[0]["message"].endswith(f"/segments/{job}-0/ray-ci3n2.log")
-    assert_every_step_once(run, 3)
+    assert_every_step_once(run, 3, BOTH_NODES)
     wait_for(lambda: not run.ray_processes(), 30, "every Ray process to end with the job")
 
 
@@ -164,7 +176,48 @@ def test_two_judge_replicas_on_two_nodes_one_killed_the_other_answers(tmp_path, 
     assert [r["reward_counters"] for r in log[1:]] == [{"judge_calls": 1, "embed_calls": 1}] * 4
     # the launch restarted the dead replica's srun step (counted as a judge restart)
     chain = (run.dir / "chain.log").read_text()
-    assert "judge server 2 (Qwen/Qwen3.5-9B on ci3n3 GPU 0, port " in chain
+    assert "judge server 2 (Qwen/Qwen3.5-9B on ci3n3 GPU 0) is healthy at http://ci3n3:" in chain
     assert "exited (code 137) mid-job; restarting it (1 of at most 5 in this job)" in chain
     assert segs[0]["extra"]["restarts"] == {"judge": 1}
     assert "Ray cluster     none" in chain and not run.ray_processes()
+
+
+def test_a_three_node_chain_requeued_twice_runs_every_segment_on_three_nodes(tmp_path, cleanup_jobs):
+    # Only the first job is submitted with -p ci3 --nodes=3 --gpus-per-node=1: the next job of the chain must ask
+    # for the same allocation by itself (read from Slurm), or it falls back to the script's 1 x 3-GPU header.
+    run = MultiRun(tmp_path, max_steps=6, gate=True)
+    cleanup_jobs.append(run)
+    run.allow(1)
+    first = run.submit()
+    wait_for(lambda: max(run.logged_steps(f"{first}-0"), default=0) == 1, T, "step 1 logged")
+    subprocess.run(["scontrol", "requeue", first], check=True)  # requeue 1
+    wait_for(lambda: show_job(first).get("JobState") == "PENDING", T, "the requeued job to be pending")
+    run.allow(2)
+    subprocess.run(["scontrol", "update", f"JobId={first}", "StartTime=now"], check=True)
+    wait_for(lambda: run.last_step() == 2, T, "checkpoint 2")
+    run.usr1(first)  # the wall-time warning: stop after the next checkpoint and submit the next job
+    wait_for(lambda: run.usr1_seen() == 1, T, "the first job to act on SIGUSR1")
+    run.allow(3)
+    second = wait_for(lambda: next((j for j in jobs_named(run.name) if j != first), None), T, "a second job")
+    wait_for(lambda: max(run.logged_steps(f"{second}-0"), default=0) == 3, T, "step 3 logged by the second job")
+    run.allow(4)
+    wait_for(lambda: max(run.logged_steps(f"{second}-0"), default=0) == 4, T, "step 4 logged by the second job")
+    subprocess.run(["scontrol", "requeue", second], check=True)  # requeue 2
+    wait_for(lambda: show_job(second).get("JobState") == "PENDING", T, "the second job to be pending")
+    run.allow(6)
+    subprocess.run(["scontrol", "update", f"JobId={second}", "StartTime=now"], check=True)
+    ids = run.wait_chain_end()
+
+    assert ids == [first, second], run.logs()
+    for j in ids:
+        info = show_job(j)
+        assert (info["JobState"], info["NumNodes"], info["NodeList"], info["Restarts"]) == \
+               ("COMPLETED", "3", "ci3n[1-3]", "1")  # fmt: skip
+        assert info["Partition"] == "ci3" and "gres/gpu=3" in info.get("AllocTRES", "")
+    segs = run.segments()
+    assert [s["status"] for s in segs] == ["terminated", "stopped", "terminated", "finished"]
+    man = json.loads((run.dir / "manifest.json").read_text())
+    # every segment (4: two jobs, each requeued once) ran on the three nodes
+    assert [j["nodes"] for j in man["jobs"]] == [["ci3n1", "ci3n2", "ci3n3"]] * 4
+    assert_every_step_once(run, 6, BOTH_NODES)
+    wait_for(lambda: not run.ray_processes(), 30, "every Ray process to end with the job")

@@ -28,9 +28,14 @@ the tracker), so a test can kill the job mid-checkpoint; ``QUOTECITE_STANDIN_FAI
 ``QUOTECITE_STANDIN_GATE=PATH``: the trainer starts step N only once PATH holds an integer >= N (it waits, polling,
 when the file is missing or lower), so a test decides exactly where a job stands when it signals or requeues it,
 whatever the machine's speed.
-With ``RAY_ADDRESS`` set (a job on several trainer nodes) it first joins that Ray cluster as EasyR1's ``ray.init()``
-does, prints the live nodes and their GPUs as one ``{"standin": "ray", ...}`` line, and exits 1 unless
-``trainer.nnodes`` of them offer ``trainer.n_gpus_per_node`` GPUs each.
+With ``RAY_ADDRESS`` set to a cluster (a job on several trainer nodes) it first joins that Ray cluster as EasyR1's
+``ray.init()`` does (with a ``runtime_env`` that forwards only EasyR1's own variables), prints the live nodes and their
+GPUs as one ``{"standin": "ray", ...}`` line, and exits 1 unless ``trainer.nnodes`` of them offer
+``trainer.n_gpus_per_node`` GPUs each; then, as EasyR1's reward actors do, each step's reward counters are written by
+a Ray task on every trainer node, from that task's own environment (``QUOTECITE_METRICS_DIR``, the servers' URLs):
+``{"step": N, "nodes": {SLURMD_NODENAME: counters}}``; a worker that does not see the trainer's environment fails the
+step. ``RAY_ADDRESS=local`` (one trainer node) starts no Ray unless ``QUOTECITE_STANDIN_RAY_INIT=1``: then it calls
+``ray.init()`` as EasyR1 does and prints ``{"standin": "ray-local", "session_dir": ...}`` (the cluster it got).
 Metric values are a pure function of the step, so a rerun of a step logs the same numbers.
 """
 
@@ -51,6 +56,10 @@ from reward.pipeline import _report_outage
 from reward.servers import ServerOutageError
 
 TRACKER = "checkpoint_tracker.json"
+EASYR1_RUNTIME_ENV = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "VLLM_LOGGING_LEVEL": "WARN",
+                      "TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False",
+                      "CUDA_DEVICE_MAX_CONNECTIONS": "1", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}  # fmt: skip
+"""What EasyR1's ``ray.init(runtime_env=...)`` forwards to its workers (``verl/trainer/main.py``): nothing else."""
 
 
 def parse_cli(argv: list[str]) -> dict:
@@ -241,8 +250,11 @@ class Trainer:
         if len(gpus) != self.world:
             print(f"error: n_gpus_per_node={self.world} but CUDA_VISIBLE_DEVICES={gpus}", file=sys.stderr)
             return 1
-        if os.environ.get("RAY_ADDRESS") and not self.check_ray_cluster():
+        self.ray_nodes: list[dict] = []
+        if os.environ.get("RAY_ADDRESS", "local") != "local" and not self.check_ray_cluster():
             return 1
+        if os.environ.get("RAY_ADDRESS") == "local" and os.environ.get("QUOTECITE_STANDIN_RAY_INIT") == "1":
+            self.local_ray()
         signal.signal(signal.SIGUSR1, self.on_usr1)
         self.start_logger()
         self.load()
@@ -257,7 +269,7 @@ class Trainer:
             self.step += 1
             time.sleep(self.step_seconds)
             try:
-                counters = self.call_servers()
+                counters = self.remote_counters() if self.ray_nodes else self.call_servers()
             except ServerOutageError as e:  # what a Ray task error from the reward actor does to EasyR1's fit()
                 _report_outage(e)
                 print(f"ray.exceptions.RayTaskError(ServerOutageError): {e}", file=sys.stderr, flush=True)
@@ -268,7 +280,7 @@ class Trainer:
             saved = self.save_freq > 0 and self.step % self.save_freq == 0
             if saved:
                 self.save()
-            self.log(metrics(self.step), self.step)
+            self.log({**metrics(self.step), "timing_s": {"step": self.step_seconds}}, self.step)
             if self.stop:
                 break
         if not saved:
@@ -283,15 +295,14 @@ class Trainer:
         import ray
 
         nnodes = int(get(self.cfg, "trainer.nnodes", 1))
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False, logging_level="WARNING")
-        try:
-            nodes = [
-                {"address": n["NodeManagerAddress"], "gpus": n["Resources"].get("GPU", 0), "id": n["NodeID"]}
-                for n in ray.nodes()
-                if n["Alive"]
-            ]
-        finally:
-            ray.shutdown()
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False, logging_level="WARNING",
+                 runtime_env={"env_vars": EASYR1_RUNTIME_ENV})  # fmt: skip
+        nodes = [
+            {"address": n["NodeManagerAddress"], "gpus": n["Resources"].get("GPU", 0), "id": n["NodeID"]}
+            for n in ray.nodes()
+            if n["Alive"]
+        ]
+        self.ray_nodes = nodes
         print(json.dumps({"standin": "ray", "address": os.environ["RAY_ADDRESS"], "nodes": nodes}), flush=True)
         gpu_nodes = [n for n in nodes if n["gpus"] >= self.world]
         if len(gpu_nodes) < nnodes:
@@ -299,6 +310,53 @@ class Trainer:
                   f"{os.environ['RAY_ADDRESS']} has {nodes}", file=sys.stderr)  # fmt: skip
             return False
         return True
+
+    def remote_counters(self) -> dict:
+        """One Ray task per trainer node writes this step's reward counters, as EasyR1's reward actors would: what
+        it knows of the servers and the run folder comes from its own node's environment (its ``ray start``)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        step = self.step
+        cfg = self.cfg
+
+        @ray.remote(num_cpus=0)
+        def reward_actor() -> dict:
+            env = os.environ
+            missing = [
+                k for k in ("QUOTECITE_METRICS_DIR", "QUOTECITE_JUDGE_URL", "QUOTECITE_EMBED_URL") if not env.get(k)
+            ]
+            if missing:
+                raise RuntimeError(f"reward worker on {env.get('SLURMD_NODENAME', '?')} does not see {missing}")
+            t = Trainer.__new__(Trainer)
+            t.cfg, t.step = cfg, step
+            t.judge_url, t.judge_model = env["QUOTECITE_JUDGE_URL"].split(",")[0], env.get("QUOTECITE_JUDGE_MODEL", "")
+            t.embed_url = env["QUOTECITE_EMBED_URL"]
+            counters = t.call_servers()
+            node = env.get("SLURMD_NODENAME", "?")
+            with open(Path(env["QUOTECITE_METRICS_DIR"]) / "reward_counters.jsonl", "a") as f:
+                f.write(json.dumps({"step": step, "nodes": {node: counters}}) + "\n")
+            return counters
+
+        refs = [reward_actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["id"], soft=False)).remote()
+                for n in self.ray_nodes if n["gpus"] >= self.world]  # fmt: skip
+        results = ray.get(refs, timeout=120)
+        return {
+            "judge_calls": sum(r["judge_calls"] for r in results),
+            "embed_calls": sum(r["embed_calls"] for r in results),
+        }
+
+    def local_ray(self) -> None:
+        """EasyR1's plain ``ray.init()`` on one trainer node: which cluster does it get?"""
+        import ray
+
+        ray.init(log_to_driver=False, logging_level="WARNING", runtime_env={"env_vars": EASYR1_RUNTIME_ENV})
+        try:
+            session = ray._private.worker.global_worker.node.get_session_dir_path()
+            print(json.dumps({"standin": "ray-local", "session_dir": session,
+                              "address": ray.get_runtime_context().gcs_address}), flush=True)  # fmt: skip
+        finally:
+            ray.shutdown()
 
     def on_usr1(self, *_) -> None:
         print("SIGUSR1: will save after this step and exit", flush=True)

@@ -1,0 +1,835 @@
+"""The GRPO training job: one program for one Slurm job of a chain, whose dry run is the job itself.
+
+``sbatch launch/grpo_8b.sh`` runs ``python -m launch.job`` (the script is its ``#SBATCH`` header and that line);
+``bash launch/grpo_8b.sh --dry-run`` runs the same code with the printing executor (:mod:`launch.executor`), so what
+the dry run prints is what the job does. ``--help`` lists every setting (:mod:`launch.settings`), ``--settings``
+prints the resolved values.
+
+One job, as a state machine (:class:`State`; each state is a method of :class:`Job`):
+
+- ``PREPARE``: repair the checkpoints, pick the resume step, open a segment ``RUN_DIR/segments/JOBID-N`` (or decide
+  that the run is complete / stalled: ``DONE`` / ``STOP``), check the disk for the checkpoints to come;
+- ``SERVE``: start the judge replicas and the embedder on their GPUs, one after the other (each vLLM sizes its memory
+  from what is free); each server's port is chosen on its node when it binds (``launch/layout.py run --port-file``),
+  and the job waits for its ``/health`` with the reward's own wait (:func:`reward.servers.wait_for_health`);
+- ``RAY`` (several trainer nodes only): a Ray cluster of this job's own (its own temp dir), the head here and a
+  worker on each other trainer node, each started with the trainer's environment so every Ray worker sees it;
+- ``CHECK``: the reward's pre-flight check against the live servers (first pass of a job only);
+- ``TRAIN``: the trainer; while it runs, a server that dies is restarted, SIGUSR1 stops the trainer at its next
+  checkpoint (or forwards the signal), a Ray node that dies stops it;
+- ``END``: stop the servers and Ray; a trainer that stopped on a server outage is ``RESTART``-ed (fresh servers, a new
+  segment) at most ``QUOTECITE_MAX_RESTARTS`` times;
+- ``FINISH``: close the segment, merge the run log, decide: ``CHAIN`` (submit the next job with this job's own
+  allocation, read from Slurm), ``DONE`` or ``STOP``.
+
+SIGTERM (scancel, requeue, wall time) stops everything at once and records the segment; it never submits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import os
+import shlex
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from data_prep.types import InputError
+from launch import allocation, budget, settings
+from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
+from launch.layout import LayoutError, device_ids, node_address, plan_from_env
+from launch.run_files import RunError
+from launch.runlog import finish, last_step, logged_step, plan_run, prepare, read_outage, record_restart
+from launch.serving import NotHealthy, server_argv, wait_healthy
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "launch" / "grpo_8b.sh"
+
+
+class State(enum.Enum):
+    PREPARE = "prepare"
+    SERVE = "serve"
+    RAY = "ray"
+    CHECK = "check"
+    TRAIN = "train"
+    END = "end"
+    RESTART = "restart"
+    FINISH = "finish"
+    CHAIN = "chain"
+    DONE = "done"
+    STOP = "stop"
+
+
+class JobError(RuntimeError):
+    """The job cannot go on; ``status`` is how its segment ends, ``logs`` the logs to show."""
+
+    def __init__(
+        self, message: str, status: str = "crashed", logs: tuple[Path, ...] = (), final: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.logs = logs
+        self.final = final
+        """Misconfiguration (a server that never became healthy, a failed reward check): the log says that the chain
+        stops here."""
+
+
+@dataclass
+class Server:
+    """One row of the server table: a judge replica (``judge``, ``judge2``, ...) or the embedder (``embed``)."""
+
+    name: str
+    role: str
+    """``judge`` or ``embed``."""
+    model: str
+    node: str
+    position: int
+    device: str
+    host: str
+    """Where it listens and is reached: 127.0.0.1 on one node, its node's name on several."""
+    preferred_port: int
+    label: str
+    proc: Proc | None = None
+    port: int = 0
+    log: Path = field(default_factory=Path)
+    port_file: Path = field(default_factory=Path)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port or '{port}'}/v1"
+
+
+class Job:
+    """One Slurm job of a training chain (see the module docstring)."""
+
+    def __init__(self, s: settings.Settings, args: list[str], ex: Executor, environ: dict[str, str]) -> None:
+        self.s = s
+        self.args = list(args)
+        self.ex = ex
+        self.environ = dict(environ)
+        self.job_id = environ.get("SLURM_JOB_ID") or ("JOBID" if ex.dry else f"local-{datetime.now():%Y%m%d%H%M%S}")
+        self.in_slurm = bool(environ.get("SLURM_JOB_ID"))
+        self.run_dir = Path(s.run_dir).resolve()
+        self.recipe = Path(s.recipe).resolve()
+        self.stop_requested = False
+        self.stop_handled = False
+        self.terminating = False
+        self.restarts = 0
+        self.server_restarts = 0
+        self.segment = ""
+        self.segment_dir = self.run_dir / "segments" / "JOBID-N"
+        self.trainer: Proc | None = None
+        self.check: Proc | None = None
+        self.ray_procs: list[tuple[str, Proc]] = []
+        self.ray_address = ""
+        self.checked = False
+        if not ex.dry:
+            ex.log = self.log
+        self._plan()
+
+    # ------------------------------------------------------------------------------------------------ planning
+    def _plan(self) -> None:
+        s, env = self.s, self.environ
+        self.software = self._software()
+        try:
+            self.alloc, self.layout = plan_from_env(env)
+        except LayoutError as e:
+            raise InputError(str(e)) from None
+        self.first = self.layout.nodes[0]
+        self.multi = self.layout.multi_node
+        train_files = s.train_files or (f"{s.data_dir}/train.parquet" if s.data_dir else "")
+        try:
+            self.p = plan_run(self.recipe, "" if s.max_steps is None else str(s.max_steps), train_files, REPO,
+                              self.args)  # fmt: skip
+        except (RunError, InputError, OSError) as e:
+            if not self.ex.dry:
+                raise InputError(f"cannot plan the run from {self.recipe}: {e}") from None
+            self.p = plan_run(self.recipe, "0", "", REPO, self.args)
+            self.p["max_steps"], self.p["max_steps_from"] = "<from the data at run time>", ""
+        self.max_steps = self.p["max_steps"]
+        self.trainer_gpus = ",".join(device_ids(self.layout.train_positions, self.alloc.devices, self.first))
+        over = [f"config={self.recipe}", f"trainer.nnodes={len(self.layout.trainer_nodes)}",
+                f"trainer.n_gpus_per_node={self.layout.train_gpus_per_node}",
+                f"trainer.save_checkpoint_path={self.run_dir}/checkpoints", "trainer.find_last_checkpoint=true",
+                f"trainer.max_steps={self.max_steps}"]  # fmt: skip
+        if self.p["logger_override"]:
+            over.append(self.p["logger_override"])
+        if s.train_files:
+            over.append(f"data.train_files={s.train_files}")
+        if s.val_files:
+            over.append(f"data.val_files={s.val_files}")
+        over += self.args
+        over += [self.p[k] for k in ("format_prompt_override", "reward_fn_override", "batch_groups_override",
+                                     "keep_band_override") if self.p[k]]  # fmt: skip
+        self.overrides = over
+        self.servers = self._server_table()
+        self.cpus = allocation.srun_cpu_args(env)
+
+    def _software(self) -> dict[str, Any]:
+        """The programs of the job: the trainer's python, the servers' ``vllm``, and the versions for the manifest."""
+        s = self.s
+        if not s.env_setup:
+            py = "python3"
+            sw = {"trainer_python": py, "server_vllm": "vllm", "easyr1_commit": s.easyr1_commit or
+                  "unknown (QUOTECITE_ENV_SETUP=0)", "vllm_trainer": "unknown", "vllm_server": "unknown",
+                  "env": {}}  # fmt: skip
+        else:
+            from launch import setup
+
+            if not self.ex.dry:
+                problems = setup.readiness(REPO, self.environ)
+                if problems:
+                    raise InputError("the job's software or models are not set up (nothing was started):\n  "
+                                     + "\n  ".join(problems))  # fmt: skip
+            sw = setup.job_env(REPO, self.environ)
+        sw.setdefault("env", {})
+        s_py = s.python or str(REPO / ".venv" / "bin" / "python")
+        sw["launch_python"] = s_py if Path(s_py).exists() or s.python else sys.executable
+        sw["trainer_cmd"] = list(s.trainer_cmd or []) or [sw["trainer_python"], "-m", "verl.trainer.main"]
+        sw["check_python"] = str(s.check_python or (sw["trainer_python"] if s.env_setup else sw["launch_python"]))
+        serve = [sw["server_vllm"], "serve"]
+        sw["judge_cmd"], sw["embed_cmd"] = list(s.judge_cmd or []) or serve, list(s.embed_cmd or []) or serve
+        if s.ray_cmd:
+            sw["ray"] = list(s.ray_cmd)
+        elif s.env_setup:
+            sw["ray"] = [str(Path(sw["trainer_python"]).parent / "ray")]
+        else:
+            sw["ray"] = ["ray"]
+        return sw
+
+    def _server_table(self) -> list[Server]:
+        s, out = self.s, []
+        for i, (name, node, pos) in enumerate(self.layout.server_gpus()):
+            role = "embed" if name == "embed" else "judge"
+            here = node == self.first
+            dev = device_ids([pos], self.alloc.devices, self.first)[0] if here else str(pos)
+            host = node if self.multi else "127.0.0.1"
+            where = f"{node} GPU {pos}" if self.multi else f"GPU {dev}"
+            if role == "embed":
+                port, label = s.embed_port, f"embedding server ({s.embed_model} on {where})"
+            else:
+                port = s.judge_port + i if s.judge_port else 0
+                label = f"judge server{f' {i + 1}' if i else ''} ({s.judge_model} on {where})"
+            out.append(Server(name, role, s.embed_model if role == "embed" else s.judge_model, node, pos, dev, host,
+                              port, label))  # fmt: skip
+        return out
+
+    def judge_url(self) -> str:
+        return ",".join(v.url for v in self.servers if v.role == "judge")
+
+    def embed_url(self) -> str:
+        return next(v.url for v in self.servers if v.role == "embed")
+
+    # ------------------------------------------------------------------------------------------------ helpers
+    def log(self, msg: str) -> None:
+        line = f"[{datetime.now():%Y-%m-%d %H:%M:%S}] [quotecite {self.job_id}] {msg}"
+        if self.ex.dry:
+            return
+        print(line, file=sys.stderr, flush=True)
+        if self.run_dir.is_dir():
+            with open(self.run_dir / "chain.log", "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
+    def on_node(self, name: str, node: str, positions: str, argv: list[str], log: Path, env: dict[str, str],
+                port_file: Path | None = None, bind_host: str = "", prefer_port: int = 0) -> Proc:  # fmt: skip
+        """Start ``argv`` on ``node`` (here when it is this job's first node, else as an srun step there) through
+        ``launch/layout.py run``, which gives it that node's GPUs at ``positions``, chooses its port when asked, and
+        kills what it leaves behind."""
+        wrap = [self.software["launch_python"], str(REPO / "launch" / "layout.py"), "run", "--gpus", positions,
+                "--grace", "5"]  # fmt: skip
+        if port_file is not None:
+            wrap += ["--port-file", str(port_file), "--bind-host", bind_host]
+            if prefer_port:
+                wrap += ["--prefer-port", str(prefer_port)]
+        wrap += ["--", *argv]
+        if node == self.first:
+            return self.ex.start(Step("start", name, wrap, env=env, log=str(log)))
+        srun = ["srun", "--nodes=1", "--ntasks=1", "-w", node, "--overlap", "--kill-on-bad-exit=1", *self.cpus,
+                f"--job-name={name}", *wrap]  # fmt: skip
+        return self.ex.start(Step("start", name, srun, env=env, gpus="-", log=str(log)))
+
+    def nap(self, seconds: float) -> None:
+        self.ex.sleep(seconds)
+
+    def trainer_env(self) -> dict[str, str]:
+        """What the trainer, its reward and every Ray worker must see: the servers, the run's folders, the repository
+        on the path (the reward plugin imports reward/, data_prep/), offline model hubs, and its own Ray."""
+        s = self.s
+        env = {
+            "QUOTECITE_JUDGE_URL": self.judge_url(),
+            "QUOTECITE_EMBED_URL": self.embed_url(),
+            "QUOTECITE_JUDGE_MODEL": s.judge_model,
+            "QUOTECITE_EMBED_MODEL": s.embed_model,
+            "QUOTECITE_CKPT_DIR": f"{self.run_dir}/checkpoints",
+            "QUOTECITE_METRICS_DIR": str(self.segment_dir),
+            "QUOTECITE_SEGMENT": self.segment or "JOBID-N",
+            "PYTHONPATH": str(REPO) + (f":{self.environ['PYTHONPATH']}" if self.environ.get("PYTHONPATH") else ""),
+            "RAY_AUTH_MODE": self.environ.get("RAY_AUTH_MODE", "disabled"),
+            "WANDB_MODE": self.environ.get("WANDB_MODE", "offline"),
+            "WANDB_DIR": str(self.run_dir),
+            "RAY_TMPDIR": self.ray_tmp(),
+            **self.software["env"],
+        }
+        if s.cache_dir or s.data_dir:
+            env["QUOTECITE_CACHE_DIR"] = str(s.cache_dir or f"{s.data_dir}/cache")
+        # Several trainer nodes: EasyR1's ray.init() joins this job's cluster; one: it starts a new one of its own
+        # ("local"), never one that a stale /tmp/ray/ray_current_cluster names.
+        env["RAY_ADDRESS"] = self.ray_address or "local"
+        return env
+
+    def ray_tmp(self) -> str:
+        return str(self.s.ray_tmpdir or f"/tmp/qcray-{self.job_id}")
+
+    def read_port(self, srv: Server) -> int:
+        try:
+            return int(srv.port_file.read_text().strip())
+        except (OSError, ValueError):
+            return 0
+
+    # ------------------------------------------------------------------------------------------------ states
+    def run(self) -> int:
+        if not self.ex.dry:
+            self.run_dir.joinpath("logs").mkdir(parents=True, exist_ok=True)
+            signal.signal(signal.SIGTERM, self._on_term)
+            signal.signal(signal.SIGINT, self._on_term)
+            signal.signal(signal.SIGUSR1, self._on_usr1)
+        self.header()
+        state = State.PREPARE
+        try:
+            while True:
+                state = getattr(self, f"state_{state.value}")()
+                if state in (State.DONE, State.STOP):
+                    return self.exit_code
+        except JobError as e:
+            self._stop_all(5 if self.terminating else 20)
+            if self.segment and not self.ex.dry:
+                self._finish(e.status, None, str(e))
+            self.log(f"error: {e}" + (". The chain stops here (no job submitted)." if e.final else ""))
+            for path in e.logs:
+                if path.is_file():
+                    tail = path.read_text(errors="replace").splitlines()[-40:]
+                    print(f"---- last 40 lines of {path}\n" + "\n".join(tail) + "\n----", file=sys.stderr)
+            return 143 if self.terminating else 1
+        except Exception as e:  # a bug in the launch: stop what runs, record the segment, keep the traceback
+            self._stop_all(5)
+            if self.segment and not self.ex.dry:
+                self._finish("crashed", None, f"launch error: {type(e).__name__}: {e}")
+            raise
+        finally:
+            self._stop_ray()
+
+    def header(self) -> None:
+        s, lay = self.s, self.layout
+        ex = self.ex
+        lines = [f"quotecite GRPO launch{', dry run (nothing is started)' if ex.dry else ''}",
+                 f"repository      {REPO}", f"run folder      {self.run_dir}", f"recipe          {self.recipe}",
+                 f"max_steps       {self.max_steps}" + (f" ({self.p['max_steps_from']})" if self.p["max_steps_from"] else "")]  # fmt: skip
+        if not self.multi:
+            lines.append(f"GPU split       trainer CUDA_VISIBLE_DEVICES={self.trainer_gpus} (trainer.n_gpus_per_node="
+                         f"{lay.train_gpus_per_node}); judge + embedder CUDA_VISIBLE_DEVICES="
+                         f"{','.join(sorted({v.device for v in self.servers}))}")  # fmt: skip
+            if len(lay.judges) > 1:
+                lines.append(f"judge replicas  {len(lay.judges)}")
+        else:
+            lines.append(f"nodes           {len(lay.nodes)}: {' '.join(lay.nodes)} (GPUs per node: "
+                         f"{' '.join(map(str, lay.gpus))}; {self.alloc.source})")  # fmt: skip
+            lines.append(f"trainer         {len(lay.trainer_nodes)} node(s) x {lay.train_gpus_per_node} GPU(s): "
+                         f"{' '.join(lay.trainer_nodes)}, GPU(s) {','.join(map(str, lay.train_positions))} on each "
+                         f"(trainer.nnodes={len(lay.trainer_nodes)} trainer.n_gpus_per_node="
+                         f"{lay.train_gpus_per_node})")  # fmt: skip
+            if lay.ray:
+                lines.append(f"Ray cluster     head on {lay.trainer_nodes[0]}, workers on "
+                             f"{' '.join(lay.trainer_nodes[1:])}; the trainer runs with RAY_ADDRESS=<head>")  # fmt: skip
+            else:
+                lines.append("Ray cluster     none (one trainer node: EasyR1 starts its own)")
+            lines.append(
+                "serving         " + "; ".join(f"{v.name} on {v.node} GPU {v.position}" for v in self.servers)
+            )
+        if lay.idle:
+            lines.append("idle GPUs       " + "; ".join(f"{n} GPU {_ranges(p)}" for n, p in lay.idle.items()))
+        lines.append(f"judge           {s.judge_model} at {self.judge_url()}")
+        lines.append(f"embedder        {s.embed_model} at {self.embed_url()}")
+        lines.append(f"stop on USR1    {s.trainer_stop} (grace {s.stop_grace:g}s); chain: stop after "
+                     f"{s.max_stalled_jobs} jobs without progress")  # fmt: skip
+        for line in lines:
+            if ex.dry:
+                ex.note(line)
+            else:
+                self.log(line)
+
+    def state_prepare(self) -> State:
+        if not self.ex.dry and not isinstance(self.max_steps, int):
+            raise JobError(f"max_steps {self.max_steps!r} is not a number", "crashed")
+        models = {"policy": self.p["policy_model"], "judge": self.s.judge_model, "embedder": self.s.embed_model}
+        sw = self.software
+
+        def do() -> dict:
+            return prepare(self.run_dir, self.job_id, self.max_steps, self.s.max_stalled_jobs,
+                           bool(self.p["require_lora"]), REPO, self.recipe, sw["easyr1_commit"], sw["vllm_trainer"],
+                           sw["vllm_server"], models, bool(self.s.allow_recipe_change),
+                           {"allocation": self.alloc.source, "nodes": self.layout.nodes})  # fmt: skip
+
+        d = self.ex.call("prepare", "repair the checkpoints, pick the resume step, open a segment "
+                         "RUN_DIR/segments/JOBID-N, update manifest.json", do,
+                         dry_result={"action": "run", "message": "dry run", "exit": 0, "checkpoint_notes": "",
+                                     "segment": "JOBID-N", "segment_dir": str(self.segment_dir)})  # fmt: skip
+        if d["checkpoint_notes"]:
+            self.log(f"checkpoints: {d['checkpoint_notes']}")
+        if d["action"] == "done":
+            self.log(f"{d['message']}; nothing to do")
+            self.exit_code = 0
+            return State.DONE
+        if d["action"] == "stop":
+            self.log(f"error: {d['message']}")
+            self.exit_code = d["exit"]
+            return State.STOP
+        self.segment, self.segment_dir = d["segment"], Path(d["segment_dir"])
+        self.log(f"segment {self.segment}: {d['message']}")
+        if self.restarts == 0:
+            self.ex.call("disk", "estimate the checkpoints' disk use against the free space of the run folder "
+                         "(refuse with the numbers, warn under the margin); prune checkpoints/incomplete/",
+                         self._disk)  # fmt: skip
+        return State.SERVE
+
+    def _disk(self) -> None:
+        """Checkpoints to come against free disk (refuse with the numbers, warn under the margin); the steps of
+        earlier jobs against the stop grace (``save_freq`` x step time); ``checkpoints/incomplete/`` pruned."""
+        pruned = budget.prune_incomplete(self.run_dir / "checkpoints", keep=1)
+        if pruned.removed:
+            self.log(f"pruned {len(pruned.removed)} old entr{'y' if len(pruned.removed) == 1 else 'ies'} of "
+                     f"checkpoints/incomplete/ ({pruned.freed_bytes / 2**30:.1f} GiB)")  # fmt: skip
+        try:
+            level, message = budget.run_disk_check(self.recipe, self.overrides[1:], self.run_dir, self.max_steps,
+                                                   n_gpus_per_node=self.layout.train_gpus_per_node,
+                                                   nnodes=len(self.layout.trainer_nodes))  # fmt: skip
+        except InputError as e:  # a model whose size is unknown: say so, do not stop the run for it
+            self.log(f"checkpoint disk estimate skipped: {e}")
+        else:
+            if level == "refuse":
+                raise JobError(f"not enough disk for the run's checkpoints: {message}", "crashed", final=True)
+            self.log(("warning: " if level == "warn" else "") + f"checkpoint disk: {message}")
+        step_s = budget.measured_step_seconds(self.run_dir)
+        save_freq = self.p.get("save_freq")
+        if step_s and isinstance(save_freq, int) and save_freq > 0:
+            warn = budget.save_freq_check(save_freq, step_s, self.s.stop_grace)
+            if warn:
+                self.log(f"warning: {warn}")
+
+    def state_serve(self) -> State:
+        self.ex.note(f"servers on {'their nodes' if self.multi else 'GPU ' + self.servers[-1].device}, one after "
+                     "the other (vLLM sizes its memory from what is free)")  # fmt: skip
+        for srv in self.servers:
+            self.serve(srv)
+        return State.RAY if self.layout.ray else State.CHECK
+
+    def serve(self, srv: Server) -> None:
+        srv.log = self.segment_dir / f"{srv.name}.log"
+        srv.port_file = self.segment_dir / f"{srv.name}.port"
+        # a restart mid-job asks for the port the trainer already knows; a first start for the preferred one
+        prefer, srv.port = srv.port or srv.preferred_port, 0
+        if not self.ex.dry:
+            srv.port_file.unlink(missing_ok=True)
+        argv = server_argv(srv.role, self.s, srv.host, "{port}", self.software[f"{srv.role}_cmd"])
+        srv.proc = self.on_node(srv.name, srv.node, str(srv.position), argv, srv.log, dict(self.software["env"]),
+                                port_file=srv.port_file, bind_host=srv.host,
+                                prefer_port=prefer)  # fmt: skip
+        self.ex.wait(f"health-{srv.name}", f"wait until {srv.name}'s /health answers 200 on its port (read from "
+                     f"{srv.port_file.name}; at most {self.s.health_timeout:g}s), else stop: {srv.label} is not "
+                     f"healthy, see {srv.log}", lambda: self._wait_health(srv))  # fmt: skip
+
+    def _wait_health(self, srv: Server) -> None:
+        def url() -> str:
+            srv.port = self.read_port(srv)
+            return f"http://{srv.host}:{srv.port}/health" if srv.port else ""
+
+        try:
+            took = wait_healthy(url, srv.label, self.s.health_timeout, self.s.health_poll, str(srv.log),
+                                srv.proc.poll, stop=lambda: self.terminating)  # fmt: skip
+        except NotHealthy as e:
+            raise JobError(str(e), "server_failed", (srv.log,), final=True) from None
+        self.log(f"{srv.label} is healthy at {srv.url} after {took:.0f}s")
+
+    def state_ray(self) -> State:
+        """A Ray cluster of this job's own: the head here, a worker on each other trainer node, every one started
+        with the trainer's environment (EasyR1's ``ray.init(runtime_env=...)`` forwards only its own variables, so
+        a reward actor on another node sees what its node's ``ray start`` saw)."""
+        lay, s = self.layout, self.s
+        ray, pos = self.software["ray"], ",".join(map(str, lay.train_positions))
+        head = lay.trainer_nodes[0]
+        head_addr = node_address(head)
+        port_file = self.segment_dir / "ray.port"
+        if not self.ex.dry:
+            port_file.unlink(missing_ok=True)
+        self.ray_address = f"{head_addr}:{{port}}"
+        env = self.trainer_env()
+        env.pop("RAY_ADDRESS")
+        self.ex.note(f"Ray cluster: head here ({head}), a worker on each other trainer node (srun steps, watched)")
+        argv = [*ray, "start", "--head", "--block", "--node-ip-address", head_addr, "--port", "{port}",
+                "--num-gpus", str(lay.train_gpus_per_node), "--include-dashboard=false", "--disable-usage-stats",
+                "--temp-dir", self.ray_tmp()]  # fmt: skip
+        self.ray_procs = [(head, self.on_node("ray_0", head, pos, argv, self.segment_dir / f"ray-{head}.log", env,
+                                              port_file=port_file, bind_host=head_addr,
+                                              prefer_port=s.ray_port or 0))]  # fmt: skip
+
+        def head_port() -> None:
+            deadline = time.monotonic() + s.ray_timeout
+            while True:
+                try:
+                    port = int(port_file.read_text().strip())
+                except (OSError, ValueError):
+                    port = 0
+                if port:
+                    rc, _ = Executor().run(Step("run", "ray-status", [*ray, "status", "--address",
+                                                                      f"{head_addr}:{port}"]), timeout=30)  # fmt: skip
+                    if rc == 0:
+                        self.ray_address = f"{head_addr}:{port}"
+                        return
+                self._check_ray()
+                if time.monotonic() >= deadline:
+                    raise JobError(f"the Ray head on {head} did not answer within {s.ray_timeout:g}s; see its log "
+                                   f"{self.segment_dir}/ray-{head}.log", "crashed")  # fmt: skip
+                time.sleep(1)
+
+        self.ex.wait("ray-head", f"wait until `{shlex.join([*ray, 'status', '--address', self.ray_address])}` "
+                     "answers", head_port)  # fmt: skip
+        for i, node in enumerate(lay.trainer_nodes[1:], 1):
+            argv = [*ray, "start", "--address", self.ray_address, "--block", "--node-ip-address", node_address(node),
+                    "--num-gpus", str(lay.train_gpus_per_node), "--disable-usage-stats"]  # fmt: skip
+            self.ray_procs.append((node, self.on_node(f"ray_{i}", node, pos, argv, self.segment_dir / f"ray-{node}.log",
+                                                      env)))  # fmt: skip
+        self.ex.wait("ray-nodes", f"wait until `{shlex.join([*ray, 'status', '--address', self.ray_address])}` lists "
+                     f"{len(lay.trainer_nodes)} active nodes (at most {s.ray_timeout:g}s)", self._wait_ray)  # fmt: skip
+        return State.CHECK
+
+    def _wait_ray(self) -> None:
+        ray, want = self.software["ray"], len(self.layout.trainer_nodes)
+        deadline = time.monotonic() + self.s.ray_timeout
+        seen = 0
+        while True:
+            self._check_ray()
+            rc, out = Executor().run(Step("run", "ray-status", [*ray, "status", "--address", self.ray_address]),
+                                     timeout=30)  # fmt: skip
+            seen = _active_nodes(out) if rc == 0 else 0
+            if seen >= want:
+                self.log(f"Ray cluster at {self.ray_address}: {seen} nodes ({' '.join(self.layout.trainer_nodes)}), "
+                         f"{self.layout.train_gpus_per_node} GPU(s) each")  # fmt: skip
+                return
+            if time.monotonic() >= deadline:
+                raise JobError(f"Ray sees {seen} of {want} trainer nodes after {self.s.ray_timeout:g}s; see the logs "
+                               f"{self.segment_dir}/ray-*.log", "crashed")  # fmt: skip
+            time.sleep(1)
+
+    def _check_ray(self) -> None:
+        for i, (node, proc) in enumerate(self.ray_procs):
+            rc = proc.poll() if not self.ex.dry else None
+            if rc is not None:
+                what = "head" if i == 0 else "worker (srun step)"
+                raise JobError(f"Ray {what} on {node} exited (code {rc}); see its log {self.segment_dir}/ray-{node}.log",
+                               "crashed")  # fmt: skip
+
+    def _stop_ray(self) -> None:
+        procs, self.ray_procs = self.ray_procs, []
+        if procs:
+            self.log(f"stopping the Ray cluster ({' '.join(n for n, _ in procs)})")
+        for _, p in procs:
+            p.kill_group(signal.SIGTERM)
+        for _, p in procs:
+            p.stop(10)
+
+    def state_check(self) -> State:
+        if not self.s.preflight:
+            if self.restarts == 0:
+                self.ex.note("reward check skipped (QUOTECITE_PREFLIGHT=0)")
+                self.log("reward check skipped (QUOTECITE_PREFLIGHT=0)")
+            return State.TRAIN
+        if self.checked or self.stop_requested:
+            return State.TRAIN
+        self.checked = True
+        self.ex.note("reward check (data, cache, one judge and one embedding request); a failure stops the job, "
+                     "no resubmission")  # fmt: skip
+        log = self.segment_dir / "check.log"
+        argv = [self.software["check_python"], "-m", "reward", "check", "--recipe", str(self.recipe), "--judge-url",
+                self.judge_url(), "--judge-model", self.s.judge_model, "--embed-url", self.embed_url(), "--",
+                *self.overrides[1:]]  # fmt: skip
+        self.log(f"reward check: the training data, the block cache and both servers (log: {log})")
+        self.check = self.ex.start(Step("start", "check", argv, env=self.trainer_env(), gpus="", log=str(log)))
+        rc = self.check.wait()
+        while rc is None:
+            rc = self.check.wait(1)
+        self.check = None
+        if rc == 0:
+            self.log("reward check passed")
+            return State.TRAIN
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        lines = [ln.removeprefix("reward check failed: ") for ln in text.splitlines()
+                 if ln.startswith("reward check failed: ")]  # fmt: skip
+        msg = f"reward check failed (exit {rc}): {'; '.join(lines) or f'see its log {log}'}"
+        raise JobError(msg, "check_failed", (log,), final=True)
+
+    def state_train(self) -> State:
+        s = self.s
+        if self.stop_requested:
+            self.log("SIGUSR1 arrived before training started: not starting the trainer")
+            self.status, self.trainer_rc, self.end_message = "stopped", None, ""
+            return State.END
+        self.ex.note(f"trainer (EasyR1's driver) here, on the Ray cluster: {' '.join(self.layout.trainer_nodes)}"
+                     if self.layout.ray else f"trainer on GPUs {self.trainer_gpus}")  # fmt: skip
+        self.trainer = self.ex.start(Step("start", "trainer", [*self.software["trainer_cmd"], *self.overrides],
+                                          env=self.trainer_env(), gpus=self.trainer_gpus,
+                                          log=str(self.segment_dir / "trainer.log")))  # fmt: skip
+        self.ex.note(
+            f"on SIGUSR1: {'forward SIGUSR1 to the trainer' if s.trainer_stop == 'signal' else 'stop the trainer once checkpoint_tracker.json advances and that step is logged'} (at most {s.stop_grace:g}s); on SIGTERM: stop everything, no resubmission"
+        )  # noqa: E501
+        self.ex.note(f"while training: a judge or embedder process that dies is restarted (at most "
+                     f"{s.max_server_restarts} per job); a trainer that stops on a server outage gets both servers "
+                     f"restarted and resumes in a new segment (at most {s.max_restarts} per job)")  # fmt: skip
+        self.status, self.trainer_rc, self.end_message = "", None, ""
+        stop_deadline = stop_base = log_wait_until = 0.0
+        while not self.ex.dry and self.trainer.poll() is None:
+            self.nap(s.poll_seconds)
+            try:
+                self._check_servers()
+                self._check_ray()
+            except JobError as e:
+                self.log(f"error: {e}; stopping the trainer")
+                self.trainer_rc = self.trainer.stop(30)
+                self.status, self.end_message = e.status, str(e)
+                return State.END
+            if self.stop_requested and not self.stop_handled:
+                self.stop_handled = True
+                stop_deadline = time.monotonic() + s.stop_grace
+                if s.trainer_stop == "signal":
+                    self.log(f"SIGUSR1: asking the trainer to save and exit (at most {s.stop_grace:g}s)")
+                    self.trainer.signal(signal.SIGUSR1)
+                else:
+                    stop_base = last_step(self.run_dir)
+                    self.log(f"SIGUSR1: stopping the trainer after its next checkpoint (now at step {stop_base}; at "
+                             f"most {s.stop_grace:g}s)")  # fmt: skip
+            if self.stop_handled:
+                if time.monotonic() >= stop_deadline:
+                    self.log(f"no checkpoint within {s.stop_grace:g}s of SIGUSR1; stopping the trainer now (steps "
+                             "since the last checkpoint are lost)")  # fmt: skip
+                    self.trainer.stop(30)
+                elif s.trainer_stop == "checkpoint":
+                    now = last_step(self.run_dir)
+                    if now > stop_base:
+                        if not log_wait_until:  # EasyR1 logs a step's metrics right after saving its checkpoint
+                            log_wait_until = time.monotonic() + s.log_wait
+                        if logged_step(self.segment_dir) >= now or time.monotonic() >= log_wait_until:
+                            self.log(f"checkpoint global_step_{now} is complete; stopping the trainer")
+                            self.trainer.stop(30)
+        self.trainer_rc = self.trainer.wait()
+        if self.stop_handled:
+            self.status = "stopped"
+        elif self.trainer_rc == 0:
+            self.status = "finished"
+        else:
+            self.status = "crashed"
+            try:
+                self._check_ray()
+            except JobError as e:
+                self.end_message = str(e)
+        self.log(f"trainer ended (exit {self.trainer_rc}, {self.status})")
+        return State.END
+
+    def _check_servers(self) -> None:
+        """Restart a server process that died while the trainer runs (the reward waits out the gap)."""
+        for srv in self.servers:
+            rc = srv.proc.poll() if srv.proc else None
+            if rc is None:
+                continue
+            srv.proc.stop(1)
+            if self.server_restarts >= self.s.max_server_restarts:
+                raise JobError(f"{srv.label} exited (code {rc}) mid-job after {self.server_restarts} restarts in this "
+                               f"job (QUOTECITE_MAX_SERVER_RESTARTS={self.s.max_server_restarts}); see {srv.log}",
+                               "server_failed")  # fmt: skip
+            self.server_restarts += 1
+            self.log(f"{srv.label} exited (code {rc}) mid-job; restarting it ({self.server_restarts} of at most "
+                     f"{self.s.max_server_restarts} in this job)")  # fmt: skip
+            totals = record_restart(self.run_dir, self.segment, srv.role, f"exited with code {rc}")
+            self.log("restarts in this run: " + ",".join(f"{k}={v}" for k, v in sorted(totals.items())))
+            self.serve(srv)
+
+    def state_end(self) -> State:
+        self.ex.note("stop the servers, close the segment, merge the run log, decide")
+        self._stop_servers()
+        self._stop_ray()
+        if self.status == "crashed" and not self.ex.dry:
+            outage = read_outage(self.segment_dir)
+            if outage is not None:
+                self.end_message = f"stopped on a server outage: {outage}"
+                if self.restarts < self.s.max_restarts:
+                    return State.RESTART
+                self.log(f"the trainer {self.end_message}; {self.s.max_restarts} restarts in this job already "
+                         "(QUOTECITE_MAX_RESTARTS)")  # fmt: skip
+        return State.FINISH
+
+    def state_restart(self) -> State:
+        self.restarts += 1
+        self.log(
+            f"the trainer {self.end_message}; restarting the judge and embedding servers and the trainer from "
+            f"the last complete checkpoint ({self.restarts} of at most {self.s.max_restarts} in this job)"
+        )
+        self._finish("outage", self.trainer_rc, self.end_message)
+        outage = self.end_message.removeprefix("stopped on a server outage: ")
+        self.ray_address = ""
+        nxt = self.state_prepare()
+        if nxt is State.SERVE:
+            record_restart(self.run_dir, self.segment, "trainer", outage)
+        else:
+            self.log(f"not restarting: {nxt.value}")
+        return nxt
+
+    def _finish(self, status: str, rc: int | None, message: str) -> dict:
+        return self.ex.call("finish", "close the segment (its status and end step), merge the run log, decide",
+                            lambda: finish(self.run_dir, self.segment, status, rc, message, self.max_steps,
+                                           self.s.max_stalled_jobs, bool(self.p["require_lora"])),
+                            dry_result={"action": "continue", "message": "dry run", "exit": 0, "end_step": 0,
+                                        "logged_steps": 0, "missing_steps": ""})  # fmt: skip
+
+    def state_finish(self) -> State:
+        d = self._finish(self.status, self.trainer_rc, self.end_message)
+        if d["missing_steps"]:
+            self.log(f"warning: no metrics for steps {d['missing_steps']} (see run_summary.json)")
+        self.log(f"run log: {d['logged_steps']} steps; last complete checkpoint: step {d['end_step']} of "
+                 f"{self.max_steps}")  # fmt: skip
+        self.exit_code = d["exit"]
+        self.decision = d
+        if d["action"] == "continue":
+            return State.CHAIN
+        if d["action"] == "done":
+            self.log(d["message"])
+            return State.DONE
+        self.log(f"error: {d['message']}")
+        return State.STOP
+
+    def next_job_argv(self) -> list[str]:
+        """``sbatch`` of the next job: after this one, with this job's own allocation (read from Slurm, not retyped),
+        then ``QUOTECITE_SBATCH_ARGS``, the script and the same trainer arguments."""
+        shape_args: list[str] = []
+        if self.in_slurm:
+            try:
+                shape_args = allocation.sbatch_args(allocation.read_job(self.job_id))
+            except InputError as e:
+                self.log(f"warning: cannot read this job's allocation ({e}); the next job uses the script's header")
+        name = self.environ.get("SLURM_JOB_NAME") or "quotecite-grpo-8b"
+        return ["sbatch", "--parsable", f"--dependency=afterany:{self.job_id}", f"--job-name={name}",
+                f"--output={self.run_dir}/logs/%x-%j.out", "--open-mode=append", f"--chdir={REPO}", *shape_args,
+                *(self.s.sbatch_args or []), str(SCRIPT), *self.args]  # fmt: skip
+
+    def state_chain(self) -> State:
+        msg = self.decision["message"] if hasattr(self, "decision") else ""
+        if not self.ex.dry and not self.in_slurm:
+            self.log(f"{msg} -- not under Slurm: run this script again to resume")
+            return State.DONE
+        if not self.s.chain:
+            self.log(f"{msg} -- QUOTECITE_CHAIN=0: not submitting")
+            return State.DONE
+        self.ex.note("if the run is not complete and the job made progress: the next job, same allocation")
+        env = allocation.clean_submit_env(self.environ)
+        env.update(QUOTECITE_RUN_DIR=str(self.run_dir), QUOTECITE_RECIPE=str(self.recipe), QUOTECITE_REPO=str(REPO))
+        if isinstance(self.max_steps, int):
+            env["QUOTECITE_MAX_STEPS"] = str(self.max_steps)
+        rc, out = self.ex.run(Step("run", "submit", self.next_job_argv()), timeout=120, env=env)
+        if rc != 0:
+            raise JobError("could not submit the next job; resubmit by hand: sbatch launch/grpo_8b.sh", "stopped")
+        if not self.ex.dry:
+            self.log(f"{msg}: job {out.strip().split(';')[0]} (after {self.job_id})")
+        return State.DONE
+
+    # ------------------------------------------------------------------------------------------------ stopping
+    def _stop_servers(self, grace: float = 20) -> None:
+        for srv in reversed(self.servers):
+            if srv.proc is not None and srv.proc.poll() is None:
+                self.log(f"stopping {srv.label}")
+            if srv.proc is not None:
+                srv.proc.stop(grace)
+
+    def _stop_all(self, grace: float) -> None:
+        for p, what in ((self.trainer, "trainer"), (self.check, "reward check")):
+            if p is not None and p.poll() is None:
+                self.log(f"stopping {what} (pid {p.pid})")
+                p.stop(grace)
+        self._stop_servers(grace)
+        self._stop_ray()
+
+    def _on_usr1(self, *_: Any) -> None:
+        self.stop_requested = True
+
+    def _on_term(self, *_: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        self.terminating = True
+        self.log("SIGTERM: stopping (no resubmission)")
+        raise JobError("SIGTERM from Slurm (cancel, requeue or wall time)", "terminated")
+
+    exit_code = 0
+
+
+def _active_nodes(status_out: str) -> int:
+    """Active nodes in ``ray status`` output."""
+    n, active = 0, False
+    for line in status_out.splitlines():
+        if line.startswith("Active:"):
+            active = True
+            continue
+        if line[:1].isupper():
+            active = False
+        if active and "node_" in line:
+            n += 1
+    return n
+
+
+def _ranges(ps: list[int]) -> str:
+    from launch.layout import _ranges as r
+
+    return r(ps)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(prog="launch/grpo_8b.sh", add_help=False, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dry-run", action="store_true", help="print every step of this job; run nothing")
+    ap.add_argument("--steps-json", action="store_true", help="with --dry-run: the steps as JSON lines")
+    ap.add_argument("--settings", action="store_true", help="print every setting's resolved value and exit")
+    ap.add_argument("-h", "--help", action="store_true")
+    a, rest = ap.parse_known_args(argv)
+    if a.help:
+        print(__doc__)
+        print("usage: sbatch launch/grpo_8b.sh [key=value ...]   (EasyR1 overrides)\n"
+              "       bash launch/grpo_8b.sh --dry-run [--steps-json] [key=value ...]\n"
+              "       bash launch/grpo_8b.sh --settings\n")  # fmt: skip
+        print(settings.render_help())
+        return 0
+    unknown = [x for x in rest if x.startswith("-")]
+    if unknown:
+        print(f"error: unknown option {unknown[0]} (options: --dry-run, --steps-json, --settings, --help; "
+              "everything else is key=value for EasyR1)", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        s = settings.resolve(os.environ, REPO)
+        if a.settings:
+            print(settings.render_resolved(s))
+            return 0
+        if a.dry_run:
+            ex: Executor = PrintingExecutor(as_json=a.steps_json)
+        else:
+            job_id = os.environ.get("SLURM_JOB_ID") or f"local-{socket.gethostname()}-{os.getpid()}"
+            steps = Path(s.run_dir).resolve() / "logs" / f"steps-{job_id}.jsonl"
+            ex = Executor(steps)
+        job = Job(s, rest, ex, dict(os.environ))
+        return job.run()
+    except (InputError, RunError, JobStepError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
