@@ -102,8 +102,10 @@ FAST_MARKERS := not mineru and not slurm and not easyr1 and not vllm and not net
 test-fast: $(STAMP) lint
 	$(PY) -m pytest -q -m "$(FAST_MARKERS)"
 
+# Figures on stdout; rows as JSON under bench_out/ (bench_vllm_judge.py: vllm_judge.json). The vLLM judge benchmark
+# needs .venv-vllm (`make vllm`) and is skipped, saying so, without it.
 bench: $(STAMP)
-	$(PY) -m pytest -q benchmarks -s -p no:cacheprovider -o python_files='bench_*.py' -o python_functions='bench_* test_*'
+	QUOTECITE_BENCH_OUT=$(CURDIR)/bench_out $(PY) -m pytest -q benchmarks -s -p no:cacheprovider -o python_files='bench_*.py' -o python_functions='bench_* test_*'
 
 clean:
 	rm -rf $(VENV) $(MINERU_VENV) $(EASYR1_VENV) $(VLLM_VENV) $(DEMO_DIR)

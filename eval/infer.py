@@ -6,7 +6,8 @@ decoding; 1,536 output tokens, 4,096 for thinking models (``--thinking``, which 
 ``enable_thinking: true`` to the chat template). ``--chat-template-kwargs JSON`` hands further variables to the
 model's chat template (vLLM ``LLM.chat(..., chat_template_kwargs=...)``, e.g. ``{"enable_thinking": false}`` for a
 hybrid model that thinks by default); what was sent is recorded in every prediction line (``chat_template_kwargs``,
-``max_tokens``, ``thinking``, ``prompt``).
+``max_tokens``, ``thinking``, ``prompt``), and what vLLM reports of each generation in ``usage`` (``prompt_tokens``,
+page images included, ``completion_tokens`` and ``finish_reason``: ``length`` for a reply cut at ``max_tokens``).
 
 Prompts (paper Appendix J):
 
@@ -31,11 +32,15 @@ As a job array (``launch/eval_8b.sh`` with ``QUOTECITE_EVAL_SHARDS``): ``--shard
 ``--out``; :func:`merge_shards` then joins the N files into one, checking that every question is answered once.
 
 The model runs behind :class:`Generator` (``generate(requests) -> texts``). :class:`VLLMGenerator` is the real
-one (vLLM offline ``LLM.chat`` with an optional LoRA adapter; imported only when used); tests use a scripted one.
+one (vLLM offline ``LLM.chat`` with an optional LoRA adapter; imported only when used; its engine process is
+stopped by :meth:`VLLMGenerator.close`, at exit at the latest); tests use a scripted one. A generator with a
+``last_usage`` list (one dict or None per request of its last ``generate``) has it recorded as each line's
+``usage``.
 """
 
 from __future__ import annotations
 
+import atexit
 import base64
 import io
 import json
@@ -277,9 +282,13 @@ def run_inference(
             texts = generator.generate(requests)
             if len(texts) != len(requests):
                 raise RuntimeError(f"generator returned {len(texts)} texts for {len(requests)} requests")
-            for g, text in zip(batch, texts, strict=True):
+            usage = getattr(generator, "last_usage", None)
+            usage = usage if isinstance(usage, list) and len(usage) == len(texts) else [None] * len(texts)
+            for g, text, used in zip(batch, texts, usage, strict=True):
                 row = {"index": g.index, "interface": interface, "response": text, "answer": _answer(text, interface),
                        "citations": [], **(meta or {})}  # fmt: skip
+                if used is not None:
+                    row["usage"] = used
                 append_jsonl(out, row)
                 counts["generated"] += 1
                 bar.update(1)
@@ -323,6 +332,17 @@ def merge_shards(gold_path: Path, out: Path, count: int, limit: int | None = Non
 
 
 # ---------------------------------------------------------------------------------------------- vLLM
+def _usage_of(output) -> dict | None:
+    """What a vLLM ``RequestOutput`` reports of one generation: prompt tokens (page images included), reply tokens
+    and why it stopped; None when it lacks them."""
+    prompt = getattr(output, "prompt_token_ids", None)
+    first = output.outputs[0]
+    reply = getattr(first, "token_ids", None)
+    if prompt is None or reply is None:
+        return None
+    return {"prompt_tokens": len(prompt), "completion_tokens": len(reply), "finish_reason": first.finish_reason}
+
+
 class VLLMGenerator:
     """vLLM offline generation (GPU). Imports vLLM when constructed, so the rest of the package never needs it.
 
@@ -371,8 +391,14 @@ class VLLMGenerator:
                 raise InputError(f"{lora}: not a LoRA adapter folder (no adapter_config.json)")
             kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
         self.llm = LLM(**kwargs)
+        # vLLM's EngineCore is a non-daemon child process that only a shutdown stops; at exit multiprocessing
+        # joins such children before vLLM's own finalizer has run, so a run that never closed its generator would
+        # wait on it forever (the work done, the process idle). Registered after vLLM's import, this runs first.
+        atexit.register(self.close)
         self.params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
         self.chat_template_kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
+        self.last_usage: list[dict | None] | None = None
+        """What vLLM reported of each request of the last :meth:`generate` (tokens, finish reason)."""
         self.lora_request = None
         if lora:
             from vllm.lora.request import LoRARequest
@@ -380,6 +406,8 @@ class VLLMGenerator:
             self.lora_request = LoRARequest("policy", 1, str(lora))
 
     def generate(self, requests: Sequence[GenRequest]) -> list[str]:
+        if self.llm is None:
+            raise RuntimeError("VLLMGenerator.generate after close()")
         outs = self.llm.chat(
             [r.messages() for r in requests],
             self.params,
@@ -387,7 +415,21 @@ class VLLMGenerator:
             use_tqdm=False,
             chat_template_kwargs=self.chat_template_kwargs,
         )
+        self.last_usage = [_usage_of(o) for o in outs]
         return [o.outputs[0].text for o in outs]
+
+    def close(self) -> None:
+        """Stop vLLM's engine (its EngineCore process and workers); idempotent, also run at exit."""
+        llm, self.llm = self.llm, None
+        engine = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if engine is not None:
+            engine.shutdown()
+
+    def __enter__(self) -> VLLMGenerator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 # ---------------------------------------------------------------------------------------------- command
