@@ -48,7 +48,7 @@ mineru: $(MINERU_STAMP)
 # 5.5 GB, from this machine's wheel store), on aarch64 torch 2.9.1 + torchvision 0.24.1 (a CPU build).
 # msgspec is vLLM's, imported by verl.utils.vllm_utils. The project itself is put on PYTHONPATH by the tests.
 EASYR1_GPU_ONLY := ^(torch|torchvision|torchaudio|vllm|xformers|triton|nvidia-[a-z0-9-]+|cupy-cuda12x|cuda-pathfinder|liger[-_]kernel|flash[-_]attn)==
-$(EASYR1_STAMP): $(TRAINER_LOCK) slurm/env.sh
+$(EASYR1_STAMP): $(TRAINER_LOCK) slurm/env.sh launch/setup.py
 	@test -f $(EASYR1_TARBALL) || { echo "error: $(EASYR1_TARBALL) not found (EasyR1 b44b311, see ../shared/vendor/README.md)" >&2; exit 1; }
 	rm -rf $(EASYR1_VENV)
 	$(PYTHON) -m venv $(EASYR1_VENV) || python3 -m venv $(EASYR1_VENV)

@@ -67,19 +67,18 @@ for a in "$@"; do
   esac
 done
 
-# Under sbatch this file runs from a spool copy: find the repository before sourcing anything from it.
+# --- repository: the same block in every launch script (tests/launch/test_launch_help.py checks it) ---
+# Under sbatch this file runs from a spool copy: QUOTECITE_REPO, else where sbatch ran, else next to this file, else
+# the script path Slurm recorded.
 for QC_REPO in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "$0")/.." 2>/dev/null && pwd)" \
   "$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/^ *Command=\(.*\)\/launch\/[^/]*$/\1/p')"; do
-  [[ -n $QC_REPO && -f $QC_REPO/slurm/common.sh ]] && break
+  [[ -n $QC_REPO && -f $QC_REPO/launch/job.py ]] && break
 done
-if [[ ! -f ${QC_REPO:-}/slurm/common.sh ]]; then
-  echo "error: cannot find the repository; run sbatch from its root or set QUOTECITE_REPO" >&2
-  exit 1
-fi
-QC_REPO=$(cd "$QC_REPO" && pwd)
+[[ -f ${QC_REPO:-}/launch/job.py ]] || { echo "error: cannot find the repository; run sbatch from its root or set QUOTECITE_REPO" >&2; exit 1; }
+QC_REPO=$(cd "$QC_REPO" && pwd) && cd "$QC_REPO" || exit 1
+# --- end repository ---
 # shellcheck source=../slurm/common.sh
 source "$QC_REPO/slurm/common.sh"
-cd "$QC_REPO" || exit 1
 
 QC_JOB_ID=${SLURM_JOB_ID:-local}
 QC_RUN_DIR=$(realpath -m "${QUOTECITE_RUN_DIR:-$QC_REPO/runs/qwen3vl_8b_grpo}")

@@ -22,7 +22,16 @@
 # the CPU, vLLM's sleep mode keeps bf16 weights in host memory, checkpoint staging, image tensors, both servers).
 # Each next job of the chain asks for this job's own allocation, read from Slurm (nodes, GPUs, CPUs, memory, time,
 # partition, account, QoS, constraint); the rest is in launch/job.py's docstring and the README's GPU-cluster section.
-cd "${QUOTECITE_REPO:-${SLURM_SUBMIT_DIR:-$(dirname "$0")/..}}" || exit 1
+# --- repository: the same block in every launch script (tests/launch/test_launch_help.py checks it) ---
+# Under sbatch this file runs from a spool copy: QUOTECITE_REPO, else where sbatch ran, else next to this file, else
+# the script path Slurm recorded.
+for QC_REPO in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "$0")/.." 2>/dev/null && pwd)" \
+  "$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/^ *Command=\(.*\)\/launch\/[^/]*$/\1/p')"; do
+  [[ -n $QC_REPO && -f $QC_REPO/launch/job.py ]] && break
+done
+[[ -f ${QC_REPO:-}/launch/job.py ]] || { echo "error: cannot find the repository; run sbatch from its root or set QUOTECITE_REPO" >&2; exit 1; }
+QC_REPO=$(cd "$QC_REPO" && pwd) && cd "$QC_REPO" || exit 1
+# --- end repository ---
 QC_PY=${QUOTECITE_PYTHON:-.venv/bin/python}
 [[ -x $QC_PY || $QC_PY != */* ]] || { echo "error: $QC_PY not found: run \`make install\` in $PWD, or set QUOTECITE_PYTHON" >&2; exit 1; }
 exec "$QC_PY" -m launch.job "$@"

@@ -392,7 +392,7 @@ class Job:
         self.segment, self.segment_dir = d["segment"], Path(d["segment_dir"])
         self.log(f"segment {self.segment}: {d['message']}")
         if self.restarts == 0:
-            self.ex.call("disk", "estimate the checkpoints' disk use against the free space of the run folder "
+            self.ex.call("disk", "estimate the disk use of the checkpoints against the free space of the run folder "
                          "(refuse with the numbers, warn under the margin); prune checkpoints/incomplete/",
                          self._disk)  # fmt: skip
         return State.SERVE
@@ -439,7 +439,7 @@ class Job:
         srv.proc = self.on_node(srv.name, srv.node, str(srv.position), argv, srv.log, dict(self.software["env"]),
                                 port_file=srv.port_file, bind_host=srv.host,
                                 prefer_port=prefer)  # fmt: skip
-        self.ex.wait(f"health-{srv.name}", f"wait until {srv.name}'s /health answers 200 on its port (read from "
+        self.ex.wait(f"health-{srv.name}", f"wait until the /health of {srv.name} answers 200 on its port (read from "
                      f"{srv.port_file.name}; at most {self.s.health_timeout:g}s), else stop: {srv.label} is not "
                      f"healthy, see {srv.log}", lambda: self._wait_health(srv))  # fmt: skip
 

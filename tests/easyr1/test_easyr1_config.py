@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.easyr1.conftest import REPO, run_driver
-from tests.launch.test_launch_dryrun import dry_run, plus_lines
+from tests.launch.test_launch_dryrun import step, steps
 
 RECIPE = REPO / "recipes" / "qwen3vl_8b_grpo.yaml"
 LAT_RECIPE = REPO / "recipes" / "qwen3vl_8b_lat.yaml"
@@ -24,14 +24,10 @@ LAT_RECIPE = REPO / "recipes" / "qwen3vl_8b_lat.yaml"
 
 def launch_trainer_command(tmp: Path) -> tuple[dict[str, str], list[str]]:
     """(environment, trainer arguments) of the trainer command the launch prints."""
-    out = dry_run(tmp, QUOTECITE_MAX_STEPS="8")
-    cmd = next(c for c in plus_lines(out) if "verl.trainer.main" in c)
-    env = {}
-    for tok in cmd[: cmd.index("-m")]:
-        if "=" in tok and not tok.startswith("-"):
-            k, v = tok.split("=", 1)
-            env[k] = v
-    return env, cmd[cmd.index("verl.trainer.main") + 1 :]
+    trainer = step(steps(tmp, QUOTECITE_MAX_STEPS="8"), "trainer")
+    env = {**trainer["env"], "CUDA_VISIBLE_DEVICES": trainer["gpus"]}
+    argv = trainer["argv"]
+    return env, argv[argv.index("verl.trainer.main") + 1 :]
 
 
 def load(tmp: Path, cases: list[dict], cwd: Path | None = None, **env: str) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -68,3 +69,24 @@ def test_the_readme_settings_table_is_the_settings_module():
     readme = (REPO / "README.md").read_text()
     block = readme.split("<!-- settings table: python -m launch.settings markdown -->\n", 1)[1]
     assert block.split("<!-- end settings table -->", 1)[0] == render_markdown()
+
+
+def test_every_launch_script_finds_the_repository_with_the_same_block():
+    def block(script: str) -> str:
+        text = (REPO / script).read_text()
+        return text.split("# --- repository:", 1)[1].split("# --- end repository ---", 1)[0]
+
+    blocks = {s: block(s) for s in ("launch/grpo_8b.sh", "launch/eval_8b.sh", "launch/prep_array.sh")}
+    assert len(set(blocks.values())) == 1, blocks
+
+
+def test_the_training_script_finds_the_repository_from_a_spool_copy(tmp_path):
+    spool = tmp_path / "slurm_script"
+    spool.write_text((REPO / "launch/grpo_8b.sh").read_text())
+    out = subprocess.run(["bash", str(spool), "--help"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin",
+                         "SLURM_SUBMIT_DIR": str(REPO), "QUOTECITE_PYTHON": sys.executable},
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and "QUOTECITE_RUN_DIR" in out.stdout, out.stderr
+    lost = subprocess.run(["bash", str(spool), "--help"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert lost.returncode == 1 and "cannot find the repository" in lost.stderr

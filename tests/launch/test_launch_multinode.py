@@ -213,7 +213,7 @@ def test_a_three_node_chain_requeued_twice_runs_every_segment_on_three_nodes(tmp
         info = show_job(j)
         assert (info["JobState"], info["NumNodes"], info["NodeList"], info["Restarts"]) == \
                ("COMPLETED", "3", "ci3n[1-3]", "1")  # fmt: skip
-        assert info["Partition"] == "ci3" and "gres/gpu=3" in info.get("AllocTRES", "")
+        assert info["Partition"] == "ci3" and info["TresPerNode"] == "gres:gpu:1"
     segs = run.segments()
     assert [s["status"] for s in segs] == ["terminated", "stopped", "terminated", "finished"]
     man = json.loads((run.dir / "manifest.json").read_text())

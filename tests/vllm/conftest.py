@@ -1,8 +1,8 @@
 """The `vllm` tier: real vLLM processes (the CPU build in .venv-vllm, `make vllm`) on 127.0.0.1 answer the judge,
 the embedder and `eval infer`, on tiny random checkpoints made offline (tests/support/tiny_vllm.py).
 
-Each server is started once per test session, on a free port, with the exact command line ``slurm/common.sh``'s
-``qc_server_argv`` builds for the cluster (:func:`server_argv`): only the program differs (``python -m
+Each server is started once per test session, on a free port, with the exact command line the launch
+(``launch/serving.py``, for the training job and ``slurm/common.sh``) builds for the cluster (:func:`server_argv`): only the program differs (``python -m
 vllm.entrypoints.openai.api_server --model`` for ``vllm serve``: the CPU build's console script cannot find its own
 distribution), the weights come from ``QUOTECITE_{JUDGE,EMBED}_WEIGHTS`` (the tiny checkpoints, served under the real
 model ids) and ``QUOTECITE_{JUDGE,EMBED}_GPU_UTIL`` is the share of *CPU* memory for the KV cache. When a test that
@@ -62,23 +62,22 @@ def free_port() -> int:
 
 
 def server_argv(name: str, port: int, weights: Path) -> list[str]:
-    """The command line ``slurm/common.sh`` builds for server ``name`` (``judge`` or ``embed``) on ``port``."""
-    script = (
-        f"source {REPO}/slurm/common.sh; QC_JUDGE_CMD=({' '.join(SERVE)}); QC_EMBED_CMD=({' '.join(SERVE)}); "
-        f"QC_JUDGE_MODEL={JUDGE_MODEL}; QC_EMBED_MODEL={EMBED_MODEL}; "
-        f"QC_SRV_PORT_{name}={port}; QC_SRV_HOST_{name}=127.0.0.1; "
-        f'qc_server_argv {name}; printf "%s\\0" "${{QC_SRV_ARGV[@]}}"'
-    )
+    """The command line the launch builds for server ``name`` (``judge`` or ``embed``) on ``port``
+    (:func:`launch.serving.server_argv`: the one the training job and ``slurm/common.sh`` use), with the model ids
+    mapped to the tiny checkpoint by ``QUOTECITE_{JUDGE,EMBED}_WEIGHTS`` and the CPU memory share."""
+    from launch import settings
+    from launch.serving import server_argv as launch_server_argv
+
     env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "QUOTECITE_JUDGE_MODEL": JUDGE_MODEL,
+        "QUOTECITE_EMBED_MODEL": EMBED_MODEL,
         "QUOTECITE_JUDGE_WEIGHTS": str(weights),
         "QUOTECITE_EMBED_WEIGHTS": str(weights),
         "QUOTECITE_JUDGE_GPU_UTIL": CPU_MEMORY_SHARE,
         "QUOTECITE_EMBED_GPU_UTIL": CPU_MEMORY_SHARE,
         "QUOTECITE_JUDGE_MAX_MODEL_LEN": "8192",
     }
-    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True, env=env).stdout
-    return out.decode().split("\0")[:-1]
+    return launch_server_argv(name, settings.resolve(env, REPO), "127.0.0.1", port, list(SERVE))
 
 
 class VLLMServer:
