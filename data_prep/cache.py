@@ -40,8 +40,9 @@ import numpy as np
 from data_prep import geometry
 from data_prep.document import Document, sha256_file
 from data_prep.encoders import l2_normalize
-from data_prep.io import WRITE_ERRNOS, OutputError
+from data_prep.io import WRITE_ERRNOS, OutputError, decode_text, loads_record, read_json
 from data_prep.types import Block, InputError, clip_bbox
+from data_prep.validate import field_float, field_int, field_str
 
 CACHE_FORMAT = 1
 """Bumped when the on-disk layout changes; part of the key."""
@@ -269,8 +270,8 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
             f"{path}: no cache entry for doc_key {key!r} (no manifest.json); build it with data_prep blocks"
         )
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        manifest = read_json(manifest_path)
+    except InputError as e:  # not JSON, numbers past the record bounds, not a regular file, not UTF-8
         raise CacheError(f"{manifest_path}: unreadable manifest ({e})") from None
     if not isinstance(manifest, dict):
         raise CacheError(f"{manifest_path}: manifest is not a JSON object; rebuild")
@@ -288,10 +289,7 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
         raise CacheError(f"{blocks_path}: unreadable ({e.strerror})") from None
     if _sha256_bytes(raw) != manifest.get("blocks_sha256"):
         raise CacheError(f"{blocks_path}: content does not match the manifest (truncated or edited); rebuild")
-    try:
-        blocks = [Block.from_json(json.loads(line)) for line in raw.decode("utf-8").splitlines() if line.strip()]
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-        raise CacheError(f"{blocks_path}: not valid block records ({e}); rebuild") from None
+    blocks = read_block_records(raw, blocks_path)
     if len(blocks) != manifest.get("n_blocks"):
         raise CacheError(f"{blocks_path}: {len(blocks)} blocks, manifest says {manifest.get('n_blocks')}")
     embeddings = None
@@ -325,6 +323,66 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
     if manifest.get("content_sha256") != manifest_content_sha256(manifest):
         raise CacheError(f"{manifest_path}: manifest content does not match its content_sha256 (edited); rebuild")
     return CachedDoc(key=key, path=path, manifest=manifest, blocks=blocks, embeddings=embeddings)
+
+
+def block_from_record(d: dict, where: str) -> Block:
+    """One line of ``blocks.jsonl`` (already parsed by :func:`data_prep.io.loads_record`) as a :class:`Block`,
+    every field through :mod:`data_prep.validate`: ``block_id``, ``page`` and ``parent`` are integers (a bool, a
+    text such as ``"3"``, a fraction or NaN is refused: ``"page": true`` is not page 1), ``bbox`` four finite
+    numbers, ``type`` and ``text`` strings. :class:`CacheError` names ``where`` (``FILE:LINE``) and the field.
+
+    >>> block_from_record({"block_id": 0, "page": 1, "bbox": [0, 0, 1, 1], "type": "text", "text": "a"}, "b:1").page
+    1
+    >>> block_from_record({"block_id": "0", "page": 1, "bbox": [0, 0, 1, 1], "type": "text", "text": ""}, "b:1")
+    Traceback (most recent call last):
+    ...
+    data_prep.cache.CacheError: b:1: field 'block_id' must be an integer, got str '0'; rebuild
+    """
+    try:
+        block_id = field_int(d, "block_id", where, lo=0)
+        page = field_int(d, "page", where, lo=1)
+        parent = field_int(d, "parent", where, lo=0, default=None)
+        bbox = d.get("bbox")
+        if not isinstance(bbox, list) or len(bbox) != 4:
+            raise InputError(f"{where}: field 'bbox' must be [x0, y0, x1, y1], got {str(bbox)[:60]}")
+        coords = tuple(field_float({"bbox": v}, "bbox", where) for v in bbox)
+        kind, text = field_str(d, "type", where), field_str(d, "text", where)
+    except InputError as e:
+        raise CacheError(f"{e}; rebuild") from None
+    try:
+        return Block(block_id=block_id, page=page, bbox=coords, type=kind, text=text, parent=parent)
+    except ValueError as e:  # an unknown type, a reversed box
+        raise CacheError(f"{where}: {e}; rebuild") from None
+
+
+def read_block_records(raw: bytes, path: Path) -> list[Block]:
+    """The blocks of a ``blocks.jsonl`` whose bytes are ``raw``: each line through the one record parser
+    (:func:`data_prep.io.loads_record`: numbers and nesting bounded) and :func:`block_from_record`; ids must be
+    ``0..N-1`` in order (they are the rows of ``embeddings.npy``). :class:`CacheError` names ``path:line``."""
+    try:
+        text = decode_text(raw, str(path))
+    except InputError as e:
+        raise CacheError(f"{e}; rebuild") from None
+    blocks: list[Block] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            d = loads_record(line, where)
+        except InputError as e:
+            raise CacheError(f"{e}; rebuild") from None
+        if not isinstance(d, dict):
+            raise CacheError(f"{where}: expected a JSON object (a block record), got {type(d).__name__}; rebuild")
+        b = block_from_record(d, where)
+        if b.block_id != len(blocks):
+            raise CacheError(f"{where}: field 'block_id' is {b.block_id}, expected {len(blocks)} (ids are 0..N-1 "
+                             "in order: the rows of embeddings.npy); rebuild")  # fmt: skip
+        blocks.append(b)
+    for b in blocks:
+        if b.parent is not None and b.parent >= len(blocks):
+            raise CacheError(f"{path}: block {b.block_id}: field 'parent' = {b.parent} is not a block id; rebuild")
+    return blocks
 
 
 def _check_pages(manifest: dict, blocks: list[Block], manifest_path: Path) -> None:
@@ -522,9 +580,11 @@ class DocCache:
                 if p.name.startswith(".") or not mf.is_file():
                     continue
                 try:
-                    self._manifests[p.name] = json.loads(mf.read_text())
-                except (OSError, json.JSONDecodeError):
+                    m = read_json(mf)
+                except InputError:
                     continue  # load_cache reports it if this entry is ever asked for
+                if isinstance(m, dict):
+                    self._manifests[p.name] = m
         return self._manifests
 
     def _wanted(self, m: dict) -> bool:

@@ -36,6 +36,7 @@ from data_prep.io import (
     read_jsonl,
 )
 from data_prep.types import InputError
+from data_prep.validate import field_int
 from eval.boxes import Box, normalize_box
 from eval.interfaces import INTERFACES  # how a model expressed its evidence (the registry)
 
@@ -159,9 +160,21 @@ def parse_element(value: Any, where: str, name: str) -> Element:
 
 
 def _page(value: Any, where: str, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 1:
-        raise InputError(f"{where}: {name} page must be an integer >= 1 (pages are 1-based), got {value!r}")
-    return int(value)
+    """A 1-based page through :func:`data_prep.validate.field_int` (a bool, a text, a fraction or NaN refused)."""
+    try:
+        return field_int({"page": value}, "page", where, lo=1)
+    except InputError:
+        raise InputError(
+            f"{where}: {name} page must be an integer >= 1 (pages are 1-based), got {type(value).__name__} "
+            f"{repr(value)[:40]}"
+        ) from None
+
+
+def _index(d: dict, where: str) -> int | str:
+    """A record's ``index``: a string, or an integer through :func:`data_prep.validate.field_int` (``true`` is
+    not question 1, ``7.0`` is question 7, a list or an object is refused)."""
+    value = d.get("index")
+    return value if isinstance(value, str) else field_int(d, "index", where)
 
 
 def _box(value: Any, where: str, name: str) -> tuple[Box, bool]:
@@ -198,7 +211,7 @@ def gold_from_json(d: dict, where: str = "gold") -> Gold:
         types = tuple(types)
     extra = {k: v for k, v in d.items() if k not in GOLD_FIELDS}
     return Gold(
-        index=d["index"],
+        index=_index(d, where),
         doc_key=str(d["doc_key"]),
         question=str(d["question"]),
         answer=str(d["answer"]),
@@ -220,13 +233,13 @@ def cited_from_json(c: Any, where: str, i: int) -> Cited:
     sim = c.get("similarity")
     if sim is not None and (not isinstance(sim, int | float) or isinstance(sim, bool) or not math.isfinite(sim)):
         raise InputError(f"{where}: citations[{i}].similarity must be a finite number, got {sim!r}")
-    block_id = c.get("block_id")
+    block_id = field_int(c, "block_id", f"{where}: citations[{i}]", lo=0, default=None)
     return Cited(
         page=page,
         bbox=bbox,
         similarity=None if sim is None else float(sim),
         quote=None if c.get("quote") is None else str(c["quote"]),
-        block_id=None if block_id is None else int(block_id),
+        block_id=block_id,
         malformed=malformed,
     )
 
@@ -244,7 +257,7 @@ def prediction_from_json(d: dict, where: str = "prediction") -> Prediction:
         raise InputError(f"{where}: citations must be a list")
     extra = {k: v for k, v in d.items() if k not in PRED_FIELDS}
     return Prediction(
-        index=d["index"],
+        index=_index(d, where),
         interface=interface,
         response="" if d.get("response") is None else str(d["response"]),
         answer="" if d.get("answer") is None else str(d["answer"]),

@@ -8,16 +8,18 @@ data_prep.types.InputError: unknown reward setting 'concurency'; did you mean 'c
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import json
-import math
 import os
 import types
 import typing
 from dataclasses import dataclass, field
 
+from data_prep.io import loads_record
 from data_prep.types import InputError
+from data_prep.validate import bounded_float, bounded_int, check_option, finite, one_of
 from reward.judge import DEFAULT_JUDGE, JudgeSettings
 from reward.response import DEFAULT_MAX_QUOTES
 
@@ -144,48 +146,36 @@ class RewardConfig:
         from reward.resolve import RESOLVERS
         from reward.scoring import REWARD_FORMS
 
-        if isinstance(self.weights, str):
-            self.weights = _json_setting("weights", self.weights)
-        if isinstance(self.judge_extra_body, str):
-            self.judge_extra_body = _json_setting("judge_extra_body", self.judge_extra_body)
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):  # a value given directly (not through from_kwargs) is typed here too
+            setattr(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
         for name, registry in (("judge", JUDGES), ("resolver", RESOLVERS), ("reward_form", REWARD_FORMS)):
             try:
                 registry.get(getattr(self, name))
             except KeyError as e:
                 raise InputError(f"reward setting {name}: {e.args[0]}") from None
+        for name, (check, rule) in _BOUNDED.items():
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, check_option(check, value, f"reward setting {name} must be {rule}"))
+        check_option(
+            one_of(*CANDIDATES), self.candidates, f"reward setting candidates must be one of {', '.join(CANDIDATES)}"
+        )
+        if self.weights is not None:
+            self.weights = _numbers("weights", self.weights)
+        if self.lat is not None:
+            _numbers("lat", self.lat, LAT_VALUE)  # checked; LatSettings converts each to its field's type
+        if self.keep_band is not None:
+            band = self.keep_band
+            if not (isinstance(band, list | tuple) and len(band) == 2):
+                raise InputError(f"reward setting keep_band: expected [filter_low, filter_high], got {band!r}")
+            low, high = (check_option(finite, x, f"reward setting keep_band[{i}]") for i, x in enumerate(band))
+            if low > high:
+                raise InputError(f"reward setting keep_band: filter_low {low} is above filter_high {high}")
+            self.keep_band = [low, high]
         from reward.scoring import get_reward_form
 
         get_reward_form(self.reward_form).weights(self.weights)  # unknown weight names fail here
-        checks = [
-            (self.concurrency >= 1, "concurrency must be >= 1"),
-            (self.timeout_s > 0, "timeout_s must be > 0"),
-            (self.retries >= 0, "retries must be >= 0"),
-            (self.backoff_s >= 0, "backoff_s must be >= 0"),
-            (self.max_crops >= 0, "max_crops must be >= 0"),
-            (self.crop_dpi > 0, "crop_dpi must be > 0"),
-            (self.max_quotes >= 1, "max_quotes must be >= 1"),
-            (self.candidates in CANDIDATES, f"candidates must be one of {', '.join(CANDIDATES)}"),
-            (self.doc_cache_size >= 1, "doc_cache_size must be >= 1"),
-            (self.judge_max_tokens >= 1, "judge_max_tokens must be >= 1"),
-            (
-                self.abstain_threshold is None or math.isfinite(self.abstain_threshold),
-                "abstain_threshold must be a finite number (or None)",
-            ),  # fmt: skip
-            (math.isfinite(self.timeout_s), "timeout_s must be finite"),
-            (self.judge_outage_s >= 0, "judge_outage_s must be >= 0"),
-            (self.batch_groups is None or self.batch_groups >= 1, "batch_groups must be >= 1"),
-            (self.samples_every >= 0, "samples_every must be >= 0"),  # samples
-            (self.samples_groups >= 1, "samples_groups must be >= 1"),  # samples
-            (self.samples_max_mb > 0, "samples_max_mb must be > 0"),  # samples
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise InputError(f"reward setting {msg}")
-        if self.keep_band is not None:
-            band = self.keep_band
-            if not (isinstance(band, list | tuple) and len(band) == 2 and all(_is_number(x) for x in band)):
-                raise InputError(f"reward setting keep_band: expected [filter_low, filter_high], got {band!r}")
-            self.keep_band = [float(band[0]), float(band[1])]
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> RewardConfig:
@@ -205,19 +195,69 @@ class RewardConfig:
         return dataclasses.asdict(self)
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
+_NO_HIGHER = 2**62
+"""Upper bound of a count that has no natural one (what :data:`data_prep.validate.positive_int` allows)."""
 
 
-def _json_setting(name: str, value: str):
-    try:
-        return json.loads(value)
-    except ValueError as e:
-        raise InputError(f"reward setting {name}: not valid JSON ({e}): {value!r}") from None
+def _int_in(lo: int, hi: int = _NO_HIGHER) -> tuple:
+    return bounded_int(lo, hi), f">= {lo}" + (f" and <= {hi}" if hi < _NO_HIGHER else "")
+
+
+def _float_in(lo: float, hi: float, lo_open: bool = False) -> tuple:
+    return bounded_float(lo, hi, lo_open), f"{'>' if lo_open else '>='} {lo:g} and <= {hi:g}"
+
+
+_BOUNDED: dict[str, tuple] = {
+    "concurrency": _int_in(1, 4096),
+    "timeout_s": _float_in(0, 86_400, lo_open=True),
+    "retries": _int_in(0, 100),
+    "backoff_s": _float_in(0, 3_600),
+    "judge_outage_s": _float_in(0, 30 * 86_400),
+    "batch_groups": _int_in(1),
+    "samples_every": _int_in(0),
+    "samples_groups": _int_in(1, 1_000_000),
+    "samples_max_mb": _float_in(0, 10_000_000, lo_open=True),
+    "judge_max_tokens": _int_in(1, 1_000_000),
+    "judge_temperature": _float_in(0, 10),
+    "max_crops": _int_in(0, 1_000),
+    "crop_dpi": _float_in(0, 1_200, lo_open=True),
+    "max_quotes": _int_in(1, 1_000_000),
+    "abstain_threshold": (finite, "a finite number (or None)"),
+    "doc_cache_size": _int_in(1, 1_000_000),
+}
+"""Every numeric reward setting with its shared validator (:mod:`data_prep.validate`) and its rule in words: a
+value outside (NaN, infinities, a bool, a word, an overlong number) is an :class:`InputError` naming the setting."""
+
+LAT_VALUE = bounded_float(-1e6, 1e6)
+"""Each value of the ``lat`` setting is a finite number of sensible size; :class:`reward.lat.LatSettings` checks
+each one's own range and the keys."""
+
+
+def _numbers(name: str, mapping: dict, check=finite) -> dict:
+    """A mapping of setting names to numbers (``weights``, ``lat``), each value through ``check``."""
+    return {k: check_option(check, v, f"reward setting {name}.{k}") for k, v in mapping.items()}
+
+
+def _json_setting(name: str, value):
+    """A JSON setting (``weights``, ``judge_extra_body``, ``keep_band``): text parsed by the one record parser
+    (:func:`data_prep.io.loads_record`: numbers bounded, nesting bounded); a mapping or list from a recipe goes
+    through the same bounds (NaN, a 400-digit integer, 300 levels of nesting are refused)."""
+    where = f"reward setting {name}"
+    if not isinstance(value, str):
+        try:
+            value = json.dumps(value)
+        except (TypeError, ValueError, RecursionError):
+            raise InputError(f"{where}: not JSON data: {str(value)[:80]!r}") from None
+    return loads_record(value, where)
+
+
+_BASE_NAMES = {int: "int", float: "float", str: "str", bool: "bool", dict: "dict", list: "list"}
 
 
 def _coerce(name: str, value, hint):
-    """Convert ``value`` to the field type ``hint`` (``int``, ``float``, ``str``, ``dict``, optionally ``| None``)."""
+    """Convert ``value`` to the field type ``hint`` (``int``, ``float``, ``str``, ``bool``, ``dict``, ``list``,
+    optionally ``| None``): numbers through :mod:`data_prep.validate` (no bool for a number, no NaN, no overlong
+    number), JSON through :func:`_json_setting`; the ranges are checked by :data:`_BOUNDED`."""
     args = typing.get_args(hint)
     optional = isinstance(hint, types.UnionType) and type(None) in args
     base = next((a for a in args if a is not type(None)), hint) if optional else hint
@@ -225,31 +265,35 @@ def _coerce(name: str, value, hint):
         if optional:
             return None
         raise InputError(f"reward setting {name} may not be empty")
-    try:
-        if base is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError(value)
-            return int(value)
-        if base is float:
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return float(value)
-        if base is bool:
-            if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
-                return value.strip().lower() in ("true", "1", "yes")
-            if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
-                return bool(value)
-            raise ValueError(value)
-        if base is str:
-            if isinstance(value, list | tuple) and name.endswith("_url"):
-                return ",".join(str(v) for v in value)  # several servers: replicas (reward.servers)
-            return str(value)
-        if base is dict:
-            return _json_setting(name, value) if isinstance(value, str) else dict(value)
-        if base is list:
-            return _json_setting(name, value) if isinstance(value, str) else list(value)
-    except InputError:
-        raise
-    except (TypeError, ValueError):
-        raise InputError(f"reward setting {name}: expected {getattr(base, '__name__', base)}, got {value!r}") from None
+    expected = f"reward setting {name}: expected {_BASE_NAMES.get(base, base)}"
+    if base in (int, float):
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise InputError(f"{expected}, got {value!r}"[:200])
+        if base is int and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        try:
+            return (bounded_int(-_NO_HIGHER, _NO_HIGHER) if base is int else finite)(str(value))
+        except argparse.ArgumentTypeError as e:
+            raise InputError(f"{expected}, got {str(value)[:40]!r} ({e})") from None
+    if base is bool:
+        if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
+            return value.strip().lower() in ("true", "1", "yes")
+        if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+            return bool(value)
+        raise InputError(f"{expected}, got {str(value)[:40]!r}")
+    if base is str:
+        if isinstance(value, list | tuple) and name.endswith("_url"):  # several servers: replicas (reward.servers)
+            if not all(isinstance(v, str) for v in value):
+                raise InputError(f"{expected} or a list of URLs, got {str(value)[:80]!r}")
+            return ",".join(value)
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if not isinstance(value, str):
+            raise InputError(f"{expected}, got {type(value).__name__} {str(value)[:40]!r}")
+        return value
+    if base in (dict, list):
+        parsed = _json_setting(name, value)
+        if not isinstance(parsed, base):
+            raise InputError(f"{expected}, got {type(parsed).__name__} {str(value)[:40]!r}")
+        return parsed
     return value

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_prep.io import MAX_INT_DIGITS, loads_record
 from data_prep.registry import Registry
 from data_prep.text import tokenize
 from data_prep.types import InputError
@@ -273,6 +274,50 @@ def _score_value(v) -> int | None:
     return None
 
 
+_DIGITS = re.compile(r"\d+")
+_NOT_JSON = ": not valid JSON ("
+"""How :func:`data_prep.io.loads_record` says a text is no JSON at all (prose around the verdict), as opposed to
+JSON it refuses (a number past its bounds, NaN, nesting too deep)."""
+
+
+def _verdict_objects(text: str) -> list[dict] | None:
+    """The JSON objects of a reply's verdict text (its reasoning removed), each through the one record parser
+    (:func:`data_prep.io.loads_record`: no integer of more than 300 digits, no NaN or infinity, nesting bounded);
+    None when any of them fails those bounds (the reply is unparseable, never an exception).
+
+    A reply that is one JSON value (a structured reply, or one inside a code fence) is parsed as it is; otherwise
+    the objects are found in the prose (:func:`reward.response.iter_json_objects`) and each is parsed again
+    through the record parser from its JSON text, so NaN, an infinity or a 400-digit integer that the scan
+    accepted are refused the same way.
+
+    >>> _verdict_objects('{"answer": 5, "relevance": 4, "coverage": 3}')
+    [{'answer': 5, 'relevance': 4, 'coverage': 3}]
+    >>> _verdict_objects('{"answer": 5, "relevance": 4, "coverage": NaN}') is None
+    True
+    """
+    body = strip_reasoning(text).strip()
+    if len(body) >= 6 and body.startswith("```") and body.endswith("```"):  # one code fence (sliced: linear)
+        inner = body[3:-3]
+        body = (inner[4:] if inner[:4].lower() == "json" else inner).strip()
+    if any(len(m.group()) > MAX_INT_DIGITS for m in _DIGITS.finditer(body)):
+        return None  # a number the record parser refuses, even where the scan below would skip its object
+    try:
+        whole = loads_record(body, "judge reply")
+    except InputError as e:
+        if _NOT_JSON not in str(e):
+            return None
+    else:
+        if isinstance(whole, dict):
+            return [whole]
+    out = []
+    for obj in iter_json_objects(body):
+        try:
+            out.append(loads_record(json.dumps(obj), "judge reply"))
+        except (InputError, ValueError, RecursionError):
+            return None
+    return out
+
+
 def parse_judge_output(text: str) -> JudgeScores | None:
     """The one verdict of a reply: the JSON object naming a score, anywhere in it (after reasoning, inside a code
     fence).
@@ -287,10 +332,11 @@ def parse_judge_output(text: str) -> JudgeScores | None:
     >>> parse_judge_output('{"answer": 6, "relevance": 4, "coverage": 3}') is None
     True
     """
-    if not isinstance(text, str):
+    objects = _verdict_objects(text) if isinstance(text, str) else None
+    if objects is None:
         return None
     found: list[JudgeScores] = []
-    for obj in iter_json_objects(strip_reasoning(text)):
+    for obj in objects:
         if any(k in obj for k in SCORE_KEYS):
             values = [_score_value(obj.get(k)) for k in SCORE_KEYS]
             if any(v is None for v in values):
@@ -572,10 +618,10 @@ class HttpJudge:
             raise _Failure("overloaded", True, f"HTTP {status}")
         if status >= 400:
             raise _Failure("http_4xx", False, f"HTTP {status}: {text[:200]}")
-        try:
-            reply = json.loads(raw)
+        try:  # the chat completion around the verdict, through the one record parser (numbers, nesting bounded)
+            reply = loads_record(text, "judge reply")
             content = reply["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError, RecursionError):
+        except (InputError, KeyError, IndexError, TypeError):
             raise _Failure("bad_response", False, text[:200]) from None
         usage = reply.get("usage") if isinstance(reply, dict) else None
         if isinstance(usage, dict):

@@ -38,13 +38,15 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_prep.io import check_regular, loads_record, read_text
 from data_prep.types import InputError
+from data_prep.validate import field_int, field_str
 from recipes.reader import RecipeError, dig, load_recipe
 from recipes.reader import Unset as _Unset
 
 PROBLEM_KINDS: dict[str, str] = {
     "config": "the reward settings or the recipe do not make a working reward",
-    "data": "a data file is missing, unreadable or lacks a column",
+    "data": "a data file is missing, unreadable or lacks a column, or a row's column is null or of the wrong type",
     "ground_truth": "a row's answer column does not unpack, or names another doc_key than its doc_key column",
     "cache": "a doc_key has no valid cache entry",
     "window": "a row's page window lies outside its document",
@@ -237,8 +239,10 @@ def _read_rows(path: Path, columns: list[str]) -> tuple[list[dict] | None, str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if not path.is_file():
-        return None, f"{path}: no such file"
+    try:
+        check_regular(path)
+    except InputError as e:
+        return None, str(e)
     try:
         schema = pq.read_schema(path)
     except (OSError, pa.ArrowException) as e:
@@ -251,6 +255,16 @@ def _read_rows(path: Path, columns: list[str]) -> tuple[list[dict] | None, str]:
         return pq.read_table(path, columns=list(dict.fromkeys(keep))).to_pylist(), ""
     except (OSError, pa.ArrowException) as e:
         return None, f"{path}: unreadable ({e})"
+
+
+MAX_IMAGES = 100_000
+"""Largest ``n_images`` a row may give (a document of more pages is no training row)."""
+
+
+def _embedded_image(img) -> bool:
+    """Whether ``img`` (an item of the images column) is an image EasyR1 reads from the data itself (bytes, or a
+    struct with ``bytes``) rather than a path."""
+    return isinstance(img, bytes) or (isinstance(img, dict) and isinstance(img.get("bytes"), bytes))
 
 
 def _tiny_png() -> bytes:
@@ -295,11 +309,9 @@ def check_training_set(
     template = None
     if format_prompt is not None:
         try:
-            template = Path(format_prompt).read_text(encoding="utf-8")
-        except OSError as e:
-            report.problems.append(
-                Problem("config", "data.format_prompt", f"{format_prompt}: cannot read ({e.strerror})", rows=0)
-            )
+            template = read_text(format_prompt, "data.format_prompt")
+        except InputError as e:
+            report.problems.append(Problem("config", "data.format_prompt", str(e), rows=0))
 
     # The reward's own set-up (cache dir, judge client): the same code and the same errors as its first call.
     judge_needs_url = JUDGES.needs(config.judge, "url")
@@ -314,7 +326,10 @@ def check_training_set(
 
     rows = _RowChecks(report, scorer, template, (prompt_key, answer_key, image_key))
     for spec in data_files:
-        for path in _parquet_files(str(spec)):
+        paths = _parquet_files(str(spec))
+        if not paths:  # a folder without parquet files would check nothing and pass
+            report.problems.append(Problem("data", "data file", f"{spec}: a folder with no .parquet file", rows=0))
+        for path in paths:
             rows.check_file(path, Path(image_dir) if image_dir is not None else None)
     loaded = rows.documents()
     if scorer is not None and JUDGES.needs(config.judge, "crops"):  # its crops are rendered from the PDFs
@@ -360,7 +375,12 @@ class _RowChecks:
             self.problems.append(Problem("data", "data file", f"{path}: no rows", rows=0))
         base = image_dir if image_dir is not None else path.parent
         for i, row in enumerate(rows):
-            self.check_row(f"{path.name} row {i}", row, base)
+            try:
+                typed = self.typed_row(f"{path} row {i}", row)
+            except InputError as e:
+                self.problems.append(Problem("data", f"{path.name} row {i}", str(e)))
+                continue
+            self.check_row(f"{path.name} row {i}", typed, base)
         self.report.documents = len(self.doc_rows)
 
     def _doc(self, doc_key: str):
@@ -376,11 +396,39 @@ class _RowChecks:
         value = self.docs[doc_key]
         return None if isinstance(value, str) else value
 
+    def typed_row(self, where: str, row: dict) -> dict:
+        """``row`` with every column the check reads of the type EasyR1 and the reward need, through
+        :mod:`data_prep.validate`; :class:`InputError` naming the file, the row, the column and the type expected
+        otherwise (a null, a number for a string, a string for a list, a list of ints for a list of paths)."""
+        for key, what in ((self.prompt_key, "a string"), (self.answer_key, "a string (the packed ground truth) or a "
+                          "struct"), (self.image_key, "a list of image paths")):  # fmt: skip
+            if row.get(key) is None:
+                raise InputError(f"{where}: column {key!r} is null, expected {what}")
+        out = dict(row)
+        field_str(row, self.prompt_key, where)
+        answer = row[self.answer_key]
+        if not isinstance(answer, str | dict):
+            raise InputError(f"{where}: field {self.answer_key!r} must be a string (the packed ground truth) or a "
+                             f"struct, got {type(answer).__name__} {str(answer)[:40]!r}")  # fmt: skip
+        images = row[self.image_key]
+        if not isinstance(images, list):
+            raise InputError(f"{where}: field {self.image_key!r} must be a list of image paths, got "
+                             f"{type(images).__name__} {str(images)[:40]!r}")  # fmt: skip
+        for j, img in enumerate(images):
+            if not _embedded_image(img):
+                field_str({f"{self.image_key}[{j}]": img}, f"{self.image_key}[{j}]", where)
+        field_str(row, "doc_key", where, default=None)
+        out["n_images"] = field_int(row, "n_images", where, lo=0, hi=MAX_IMAGES, default=None)
+        return out
+
     def check_row(self, where: str, row: dict, base: Path) -> None:
         from data_prep.groundtruth import unpack_ground_truth
 
+        answer = row[self.answer_key]
         try:
-            gt = unpack_ground_truth(row[self.answer_key])
+            if isinstance(answer, str):  # the one record parser first: bounded numbers and nesting
+                answer = loads_record(answer, f"column {self.answer_key!r}")
+            gt = unpack_ground_truth(answer)
         except InputError as e:
             self.problems.append(Problem("ground_truth", where, str(e)))
             return
@@ -409,17 +457,22 @@ class _RowChecks:
             )
         elif cached is not None and self.probe_row is None:
             self.probe_row = (gt, cached)
-        images = row[self.image_key] or []
+        images = row[self.image_key]
         self._check_images(where, gt, images, base)
         self._check_image_count(where, gt, row, images, n_pages)
 
     def _check_images(self, where: str, gt, images: list, base: Path) -> None:
         missing = []
         for img in images:
+            if _embedded_image(img):
+                continue
             p = Path(img)
             p = p if p.is_absolute() else base / p
             if p not in self._exists:
-                self._exists[p] = p.is_file()
+                try:
+                    self._exists[p] = p.is_file()
+                except (OSError, ValueError):  # a name too long for the file system, a NUL byte: no such file
+                    self._exists[p] = False
             if not self._exists[p]:
                 missing.append(str(p))
         if missing:
@@ -434,14 +487,14 @@ class _RowChecks:
             counts.append((gt.pages[1] - gt.pages[0] + 1, f"window {list(gt.pages)}"))
         elif n_pages is not None:
             counts.append((n_pages, "whole document"))
-        prompt = row[self.prompt_key] or ""
+        prompt = row[self.prompt_key]
         if self.template is not None:
             from data_prep.longdocurl import render_prompt_text
 
             prompt = render_prompt_text(self.template, prompt)
         counts.append((prompt.count("<image>"), "<image> placeholders"))
         if row.get("n_images") is not None:
-            counts.append((int(row["n_images"]), "n_images"))
+            counts.append((row["n_images"], "n_images"))
         wrong = [f"{n} ({what})" for n, what in counts if n != len(images)]
         if wrong:
             self.problems.append(
