@@ -15,6 +15,7 @@ import json
 import math
 from dataclasses import dataclass
 
+from data_prep.io import loads_record
 from data_prep.types import InputError
 
 FIELDS: tuple[str, ...] = ("qid", "doc_key", "question", "answer", "pages")
@@ -64,10 +65,12 @@ def unpack_ground_truth(s: str | dict) -> GroundTruth:
     if isinstance(s, dict):
         d = s
     else:
-        try:
-            d = json.loads(s)
-        except (TypeError, ValueError) as e:
-            raise InputError(f"ground_truth is not a packed JSON object ({e}): {str(s)[:80]!r}") from None
+        if not isinstance(s, str):
+            raise InputError(f"ground_truth is not a packed JSON object: {str(s)[:80]!r}")
+        try:  # the one record boundary: bounded numbers and nesting (a 100000-deep list is an error, not a crash)
+            d = loads_record(s, "ground_truth")
+        except InputError as e:
+            raise InputError(f"ground_truth is not a packed JSON object ({e}): {s[:80]!r}") from None
     if not isinstance(d, dict):
         raise InputError(f"ground_truth is not a JSON object: {str(s)[:80]!r}")
     missing = [f for f in FIELDS if f not in d]

@@ -1,5 +1,5 @@
 """The allocation of a Slurm job as Slurm holds it, and the options that make the next job of a chain ask for the
-same one (issue 20, items 1 and 3).
+same one.
 
 A chained training job submits its successor itself. Retyping the allocation in the script loses what the user
 gave on the command line (``sbatch --nodes=3 --gpus-per-node=1 -p gpu -A lab launch/grpo_8b.sh``): the successor

@@ -1,5 +1,5 @@
 """What a training run needs before it starts: host memory per node, checkpoint disk, and a ``save_freq`` that fits
-the stop grace (issue 20, items 6, 8 and 10).
+the stop grace.
 
 ``python -m launch.budget memory --recipe recipes/qwen3vl_8b_grpo.yaml`` prints the ``#SBATCH --mem=`` value (the
 first line, e.g. ``141G``) and the table of parts it is made of; ``disk --recipe R --run-dir D`` checks the

@@ -114,6 +114,8 @@ qc_eval_pythons() {
   [[ $QC_DRY_RUN == 1 ]] || for infer_what in "${QC_PYTHONS_SAID[@]}"; do qc_log "python for $infer_what"; done
 }
 qc_eval_pythons
+# every setting this script reads, typed and checked at once (launch/settings.py); the errors name each variable
+"$QC_PY" -m launch.settings check --readers eval || exit 1
 read -r -a QC_JUDGE_CMD <<<"${QUOTECITE_JUDGE_CMD:-$QC_DEFAULT_SERVE}"
 read -r -a QC_EMBED_CMD <<<"${QUOTECITE_EMBED_CMD:-$QC_DEFAULT_SERVE}"
 read -r -a QC_INFER_CMD <<<"$QC_DEFAULT_INFER"

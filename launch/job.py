@@ -148,9 +148,13 @@ class Job:
             self.p = plan_run(self.recipe, "" if s.max_steps is None else str(s.max_steps), train_files, REPO,
                               self.args)  # fmt: skip
         except (RunError, InputError, OSError) as e:
-            if not self.ex.dry:
+            # a dry run may plan without the training data (max_steps then comes from it at run time); nothing else
+            if not self.ex.dry or not self.recipe.is_file() or s.max_steps is not None:
                 raise InputError(f"cannot plan the run from {self.recipe}: {e}") from None
-            self.p = plan_run(self.recipe, "0", "", REPO, self.args)
+            try:
+                self.p = plan_run(self.recipe, "0", "", REPO, self.args)
+            except (RunError, InputError, OSError) as e2:
+                raise InputError(f"cannot plan the run from {self.recipe}: {e2}") from None
             self.p["max_steps"], self.p["max_steps_from"] = "<from the data at run time>", ""
         self.max_steps = self.p["max_steps"]
         self.trainer_gpus = ",".join(device_ids(self.layout.train_positions, self.alloc.devices, self.first))
@@ -695,6 +699,8 @@ class Job:
 
     def state_finish(self) -> State:
         d = self._finish(self.status, self.trainer_rc, self.end_message)
+        self.ex.call("samples-page", "write RUN_DIR/samples.html, the samples browser of the reward's sampled "
+                     "groups (when the run has any)", self._samples_page)  # fmt: skip
         if d["missing_steps"]:
             self.log(f"warning: no metrics for steps {d['missing_steps']} (see run_summary.json)")
         self.log(f"run log: {d['logged_steps']} steps; last complete checkpoint: step {d['end_step']} of "
@@ -708,6 +714,15 @@ class Job:
             return State.DONE
         self.log(f"error: {d['message']}")
         return State.STOP
+
+    def _samples_page(self) -> None:
+        from launch.samples_page import collect_steps, write_samples_page
+
+        try:
+            if collect_steps(self.run_dir):
+                self.log(f"samples browser: {write_samples_page(self.run_dir)}")
+        except (InputError, OSError, ValueError) as e:  # a damaged sample never fails the job
+            self.log(f"warning: no samples page: {e}")
 
     def next_job_argv(self) -> list[str]:
         """``sbatch`` of the next job: after this one, with this job's own allocation (read from Slurm, not retyped),

@@ -148,7 +148,7 @@ def render_html(rows: list[dict], source: str) -> str:
         f"<h1>Training curves</h1><p>{html.escape(source)}: steps {rows[0]['step']}..{rows[-1]['step']} "
         f"({len(rows)} records, {len(segs)} job segment(s); dotted lines: a segment resumes)</p>",
     ]
-    # --- samples (issue 23): link the samples browser of the same run folder ---
+    # --- samples: link the samples browser of the same run folder ---
     parts.append("<p><a href='samples.html'>sampled rollouts: crops, judge scores, advantages</a> "
                  "(<code>python -m launch.samples_page RUN_DIR</code>)</p>")  # fmt: skip
     for title, ylabel, spec in PANELS:

@@ -73,6 +73,8 @@ source "$QC_REPO/slurm/common.sh"
 
 QC_JOB_ID=${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-local}}${SLURM_ARRAY_TASK_ID:+_$SLURM_ARRAY_TASK_ID}
 qc_pick_python
+# every setting this script reads, typed and checked at once (launch/settings.py); the errors name each variable
+"$QC_PY" -m launch.settings check --readers prep || exit 1
 QC_OUT=$(realpath -m "${QUOTECITE_PREP_OUT:-$QC_REPO/data/longdocurl}")
 QC_LOG_DIR=$(realpath -m "${QUOTECITE_PREP_LOG_DIR:-$QC_OUT/logs}")
 QC_JSONL=${QUOTECITE_PREP_JSONL:-}

@@ -204,6 +204,18 @@ def array_ids(value: str) -> str:
     return ",".join(items)
 
 
+def max_array_id(ids: str) -> int:
+    """The highest task id of :func:`array_ids`' text (``1-8,10`` -> 10)."""
+    return max(int(part.split("-")[-1]) for part in ids.split(","))
+
+
+TASKS_OF_SHARDS = (
+    ("QUOTECITE_PREP_TASKS", "QUOTECITE_PREP_SHARDS"),
+    ("QUOTECITE_EVAL_TASKS", "QUOTECITE_EVAL_SHARDS"),
+)
+"""(task ids, shard count) pairs: no task id may exceed its shard count."""
+
+
 def node_counts(value: str) -> list[int]:
     """GPUs per node in Slurm's count form: ``8``, ``8(x2),4`` (one count for every node, or one per node)."""
     out: list[int] = []
@@ -567,6 +579,12 @@ def resolve(env: Mapping[str, str], repo: Path, readers: set[str] | None = None)
 
     for s in wanted:
         one(s)
+    for tasks, shards in TASKS_OF_SHARDS:  # array task ids beyond the shard count would run shards that do not exist
+        if resolved.get(tasks, (None,))[0] and resolved.get(shards, (None,))[0]:
+            top = max_array_id(resolved[tasks][0])
+            if top > resolved[shards][0]:
+                problems.append(f"{tasks}={resolved[tasks][2]}: task {top} is past {shards}={resolved[shards][0]} "
+                                f"(ids are 1..{resolved[shards][0]})")  # fmt: skip
     if problems:
         raise SettingsError(problems)
     order = [s.name for s in SETTINGS if s.name in resolved]
@@ -634,7 +652,7 @@ def render_resolved(s: Settings) -> str:
 # ------------------------------------------------------------------------------------------------- command line
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.settings", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", nargs="?", default="table", choices=("table", "markdown", "show", "shell"),
+    parser.add_argument("what", nargs="?", default="table", choices=("table", "markdown", "show", "shell", "check"),
                         help="table (default): every setting; markdown: the same for the README; show: the values "
                         "this environment resolves to; shell NAME...: those values as bash assignments (the "
                         "scripts' defaults come from here)")  # fmt: skip
@@ -655,6 +673,8 @@ def main(argv: list[str] | None = None) -> int:
         except SettingsError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        if args.what == "check":  # the scripts' first step: every setting they read, checked (errors above)
+            return 0
         if args.what == "shell":
             known = {x.name for x in SETTINGS}
             bad = [n for n in args.names if n not in known]

@@ -206,7 +206,7 @@ def _pdf_source(path, rows):
 
 
 def test_byte_verification_drops_pdfs_of_another_version_and_the_option_keeps_them(world, tmp_path, capsys):
-    # Issue 12, difference 5h (paper Appendix B: 16 questions "cannot be byte-verified").
+    # The paper's Appendix B: 16 questions "cannot be byte-verified".
     from data_prep.citevqa import load_pdf_source
 
     pdf_dir, blocks, sizes = world
@@ -244,7 +244,7 @@ def test_byte_verification_drops_pdfs_of_another_version_and_the_option_keeps_th
 
 # ---------------------------------------------------------------------------------------------- element types
 def test_release_path_gets_gt_types_from_the_records_annotations_or_the_parsed_blocks(world, tmp_path):
-    # Issue 12, difference 5g: Table 7 from the release path.
+    # Table 7 from the release path.
     from data_prep.cache import build_cache
     from data_prep.citevqa import BlockTypes
 

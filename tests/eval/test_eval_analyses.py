@@ -93,7 +93,7 @@ def test_breakdown_by_language_and_element_type_recall():
     assert by["en"]["n"] == 1 and by["en"]["recall@0.5"] == 1.0 and by["en"]["saa"] == 1.0
     assert by["zh"]["n"] == 2 and by["zh"]["recall@0.5"] == pytest.approx(0.25)
     assert by["zh"]["ah"] == 1.0  # the one correct zh answer is not attributed (Rel 1, recall 0.5 < 0.6)
-    # Issue 12, difference 5f (Table 6 on the judged subset): a zh question whose judge output did not parse
+    # Table 6 on the judged subset: a zh question whose judge output did not parse
     # leaves the zh row by default and stays in it with subset="all" (the earlier behaviour).
     unparsed = result([(1, BLOCKS[0].bbox)], [cite(BLOCKS[0])], language="zh", judge=JudgeOutcome(None, None), index=3)
     by = breakdown([*rs, unparsed], lambda r: r.gold.language, judged=True)
@@ -120,7 +120,7 @@ def test_quote_fidelity_counts_exact_substrings_and_fuzzy_matches():
             ],
         )  # fmt: skip
     ]
-    # Issue 12, difference 5d: the paper's definitions (Appendix F) are two separate tests. Quote 1 is exact, but its
+    # The paper's definitions (Appendix F) are two separate tests. Quote 1 is exact, but its
     # token F1 with "Revenue grew 12% in 2023." is 2*3/(3+5) = 0.75 < 0.8, so it is not fuzzy; quote 2 is fuzzy only.
     q = quote_fidelity(rs, lambda key: BLOCKS)
     assert q == {"n_quotes": 3, "exact": pytest.approx(1 / 3), "fuzzy": pytest.approx(1 / 3)}

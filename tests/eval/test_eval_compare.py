@@ -86,7 +86,7 @@ def test_compare_on_known_inputs(tmp_path):
 
 
 def test_recall_bootstrap_pairs_the_questions_judged_in_both_runs_and_the_option_pairs_all():
-    # Issue 12, difference 5f (Table 8): q0-q3 judged in both; q4 has no parsed judge output in B.
+    # Table 8: q0-q3 judged in both; q4 has no parsed judge output in B.
     a = {str(i): _row(i, 0.0, 0.0, 0.0, False, False, False) for i in range(5)}
     b = {str(i): _row(i, 0.5, 0.0, 0.0, False, False, False) for i in range(4)}
     b["4"] = {**_row(4, 1.0), "saa": None, "saa_strict": None}  # judge output did not parse

@@ -223,7 +223,7 @@ def test_lat_record_conversion(why, sizes, kwargs, record, expected, drops):
 
 
 def test_lat_default_cites_only_the_answer_boxes_as_lats_own_evaluation_and_all_gives_the_steps_too():
-    # Issue 12, difference 5e: LAT's IoU@0.5 reads only the <answer> boxes.
+    # LAT's IoU@0.5 reads only the <answer> boxes.
     record = {"response": f"<think>a {box(1, 2, 3, 4, 1)}</think><answer>b {box(5, 6, 7, 8, 3)}</answer>"}
     out = Converter("lat", StubDocs(SQUARE3), render_pixels=750_000).convert(record, GOLD, "in.jsonl:1")
     assert out["citations"] == [{"page": 3, "bbox": [5.0, 6.0, 7.0, 8.0]}]

@@ -78,7 +78,7 @@ def test_prompt_template_splits_system_and_user_and_fills_the_fields(prompts):
     ("interface", "marker", "default"), [("language", '"quotes"', "system"), ("coordinate", '<bbox page="N"', "user")]
 )
 def test_the_language_prompt_is_a_system_prompt_and_the_user_role_gives_the_question_first(interface, marker, default):
-    # Issue 12, difference 4: the paper's J.2 is a system prompt; the user turn is the pages and the question.
+    # The paper's J.2 is a system prompt; the user turn is the pages and the question.
     q = "Which site had the highest yield?"
     system, user = PromptTemplate(interface, role="system").render(q, 3)
     assert marker in system and q not in system

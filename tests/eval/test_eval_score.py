@@ -193,7 +193,7 @@ def _which(body) -> str:
 
 
 def test_citevqa_two_call_judge_is_the_default(files, tmp_path, cache, citevqa_dir):
-    # Issue 12, difference 3: answer accuracy without crops (eval_qa_acc_*), relevance with crops (eval_rel_*).
+    # Answer accuracy without crops (eval_qa_acc_*), relevance with crops (eval_rel_*).
     g, p = files
 
     def handler(path, body, n):

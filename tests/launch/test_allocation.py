@@ -1,5 +1,5 @@
 """launch/allocation.py: a job's allocation read back from Slurm, the next job of a chain asking for the same one, and
-the CPUs of every srun step (issue 20, items 1 and 3).
+the CPUs of every srun step.
 
 The parser is checked on captured ``scontrol show job -o`` lines (Slurm 22.05, and the odd fields of other
 releases and clusters); the rest against the real local Slurm of ``.ci/slurm_up.sh`` (partitions ci, ci3, ci8)."""

@@ -1,5 +1,4 @@
-"""launch/budget.py: host memory, checkpoint disk, pruning ``incomplete/`` and the save_freq check (issue 20, items
-6, 8, 10). The 8B recipe's numbers are worked out here by hand from the assumptions the module documents."""
+"""launch/budget.py: host memory, checkpoint disk, pruning ``incomplete/`` and the save_freq check. The 8B recipe's numbers are worked out here by hand from the assumptions the module documents."""
 
 from __future__ import annotations
 

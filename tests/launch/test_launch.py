@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from launch.runlog import find_resume_point
+from launch.samples_page import collect_steps
 from tests.support.slurm import jobs_named, wait_for
 from tests.support.slurm import slurm_reason as _slurm_reason
 
@@ -246,6 +247,10 @@ def test_three_job_chain_reaches_max_steps_with_every_step_logged_once(tmp_path,
     assert man["models"] == {"policy": "standin/policy", "judge": "Qwen/Qwen3.5-9B",
                              "embedder": "Qwen/Qwen3-VL-Embedding-2B"}  # fmt: skip
     assert "run complete: global_step_8 reaches max_steps=8" in (run.dir / "chain.log").read_text()
+    # the reward's samples of every step, once, across the three jobs, and the page that shows them
+    assert [s for s, _, _ in collect_steps(run.dir)] == list(range(1, 9))
+    page = (run.dir / "samples.html").read_text()
+    assert '"step": 8' in page and "samples browser: " + str(run.dir / "samples.html") in run.logs()
 
 
 def test_requeue_mid_job_loses_no_completed_step_and_duplicates_none(tmp_path, cleanup_jobs):
@@ -274,6 +279,10 @@ def test_requeue_mid_job_loses_no_completed_step_and_duplicates_none(tmp_path, c
     assert summary["superseded"] == {first_seg: [4]}  # step 4 was rerun from checkpoint 3: its first record goes
     log = assert_every_step_once(run, 6)
     assert [r["segment"] for r in log] == [first_seg] * 4 + [f"{job}-1"] * 3
+    # samples: step 4 of the requeued segment is superseded by its rerun; no step lost, none twice
+    steps = collect_steps(run.dir)
+    assert [s for s, _, _ in steps] == list(range(1, 7))
+    assert [folder.parent.name for _, folder, _ in steps] == [first_seg] * 3 + [f"{job}-1"] * 3
     assert "DUE TO JOB REQUEUE" in run.logs()  # --open-mode=append kept the first run's output
 
 

@@ -115,7 +115,7 @@ def test_dry_run_shows_the_gpu_split_trainer_on_0_1_servers_on_2(tmp_path):
     assert j[j.index("--port") + 1] == "{port}" and wrapper_flag(judge, "--port-file").endswith("/judge.port")
     names = [s["name"] for s in st]
     assert names == ["prepare", "disk", "judge", "health-judge", "embed", "health-embed", "check", "trainer", "finish",
-                     "submit"]  # fmt: skip
+                     "samples-page", "submit"]  # fmt: skip
 
 
 def test_dry_run_trainer_command_resumes_in_the_run_folder_and_reaches_the_servers(tmp_path):
@@ -590,3 +590,30 @@ def test_the_next_job_warns_when_save_freq_steps_outlast_the_stop_grace(tmp_path
     assert r.returncode == 0, r.stderr
     warning = next(x for x in r.stderr.splitlines() if "warning:" in x and "save_freq" in x)
     assert "save_freq=8" in warning and "save_freq=4" in warning, warning
+
+
+@pytest.mark.parametrize(
+    "script,env,needle",
+    [
+        (GRPO, {"QUOTECITE_MAX_STEPS": "abc"}, "QUOTECITE_MAX_STEPS='abc'"),
+        (GRPO, {"QUOTECITE_MAX_STEPS": "-3"}, "QUOTECITE_MAX_STEPS='-3'"),
+        (GRPO, {"QUOTECITE_HEALTH_TIMEOUT": "soon"}, "QUOTECITE_HEALTH_TIMEOUT='soon'"),
+        (GRPO, {"QUOTECITE_RECIPE": "/nonexistent/recipe.yaml"}, "cannot plan the run from /nonexistent/recipe.yaml"),
+        (EVAL, {"QUOTECITE_HEALTH_TIMEOUT": "soon"}, "QUOTECITE_HEALTH_TIMEOUT='soon'"),
+        (
+            EVAL,
+            {"QUOTECITE_EVAL_SHARDS": "2", "QUOTECITE_EVAL_TASKS": "1-3"},
+            "task 3 is past QUOTECITE_EVAL_SHARDS=2",
+        ),
+        (
+            str(REPO / "launch" / "prep_array.sh"),
+            {"QUOTECITE_PREP_SHARDS": "4", "QUOTECITE_PREP_TASKS": "2,6"},
+            "task 6 is past QUOTECITE_PREP_SHARDS=4",
+        ),
+    ],
+)
+def test_a_bad_launch_setting_fails_the_dry_run_naming_it(tmp_path, script, env, needle):
+    r = subprocess.run(["bash", script, "--dry-run"], env=base_env(tmp_path, **env), capture_output=True, text=True,
+                       timeout=60)  # fmt: skip
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert "error: " in r.stderr and needle in r.stderr, r.stderr

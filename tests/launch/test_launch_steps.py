@@ -54,7 +54,7 @@ def test_the_steps_a_job_ran_are_the_steps_its_dry_run_printed(tmp_path, cleanup
     printed = [json.loads(x) for x in out.read_text().splitlines() if x.startswith("{")]
 
     assert [s["name"] for s in ran] == ["prepare", "disk", "judge", "health-judge", "embed", "health-embed", "check",
-                                        "trainer", "finish", "submit"]  # fmt: skip
+                                        "trainer", "finish", "samples-page", "submit"]  # fmt: skip
     assert normalise(ran, job) == normalise(printed, dry_job)
     # the next job repeats this one's allocation, read from Slurm (not retyped)
     submit = next(s for s in ran if s["name"] == "submit")["argv"]

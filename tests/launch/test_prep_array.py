@@ -294,9 +294,9 @@ def test_dry_run_prints_shards_commands_and_the_dependency(dataset, tmp_path):
 @pytest.mark.parametrize(
     "env,message",
     [
-        ({"QUOTECITE_PREP_SHARDS": "x"}, "QUOTECITE_PREP_SHARDS must be a whole number of shards >= 1 (got 'x')"),
-        ({"QUOTECITE_PREP_SHARDS": "0"}, "QUOTECITE_PREP_SHARDS must be a whole number of shards >= 1 (got '0')"),
-        ({"QUOTECITE_PREP_TASKS": "1;3"}, "QUOTECITE_PREP_TASKS must be array ids"),
+        ({"QUOTECITE_PREP_SHARDS": "x"}, "QUOTECITE_PREP_SHARDS='x': expected an integer"),
+        ({"QUOTECITE_PREP_SHARDS": "0"}, "QUOTECITE_PREP_SHARDS='0': expected an integer from 1"),
+        ({"QUOTECITE_PREP_TASKS": "1;3"}, "QUOTECITE_PREP_TASKS='1;3': expected array ids"),
         ({"QUOTECITE_PREP_JSONL": "/nonexistent.jsonl"}, "QUOTECITE_PREP_JSONL must name LongDocURL.jsonl"),
     ],
 )

@@ -361,7 +361,7 @@ def test_plan_cli_errors_name_the_recipe_setting(tmp_path, capsys):
     assert "trainer.save_freq must be > 0" in capsys.readouterr().err
 
 
-# --------------------------------------------------------------------------------------------- issue 9: paths, batches
+# --------------------------------------------------------------------------------------------- paths, batches
 def test_plan_pins_the_recipes_relative_paths_and_tells_the_reward_its_batch_shape(tmp_path, capsys):
     import shlex
 

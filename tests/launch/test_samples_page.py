@@ -1,4 +1,4 @@
-"""The samples browser (launch/samples_page.py), rendered in headless chromium (issue 23)."""
+"""The samples browser (launch/samples_page.py), rendered in headless chromium."""
 
 from __future__ import annotations
 

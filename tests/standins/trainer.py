@@ -232,7 +232,8 @@ class Trainer:
             started = None
             while True:
                 try:
-                    r = post(self.embed_url + "/embeddings", {"input": [f"quote at step {self.step}"]})
+                    r = post(self.embed_url + "/embeddings", {"model": os.environ.get("QUOTECITE_EMBED_MODEL", ""),
+                                                              "input": [f"quote at step {self.step}"]})
                     break
                 except OSError:  # refused, reset, HTTP 5xx: the reward's embedder outage rule
                     started = started or time.monotonic()
@@ -258,6 +259,7 @@ class Trainer:
         signal.signal(signal.SIGUSR1, self.on_usr1)
         self.start_logger()
         self.load()
+        self.start_step = self.step
         print(f"Total training steps: {self.max_steps}; starting at {self.step}", flush=True)
         if self.val_before_train:
             self.log({"val": {"overall": 0.5}}, self.step)
@@ -275,6 +277,7 @@ class Trainer:
                 print(f"ray.exceptions.RayTaskError(ServerOutageError): {e}", file=sys.stderr, flush=True)
                 return 1
             if self.metrics_dir:
+                self.write_samples()
                 with open(Path(self.metrics_dir) / "reward_counters.jsonl", "a") as f:
                     f.write(json.dumps({"step": self.step, **counters}) + "\n")
             saved = self.save_freq > 0 and self.step % self.save_freq == 0
@@ -345,6 +348,29 @@ class Trainer:
             "judge_calls": sum(r["judge_calls"] for r in results),
             "embed_calls": sum(r["embed_calls"] for r in results),
         }
+
+    def write_samples(self) -> None:
+        """The reward's samples of this step, as the reward plugin writes them (``reward.samples.SampleWriter`` into
+        ``$QUOTECITE_METRICS_DIR/samples``; the n-th batch of a segment is its n-th step): one group of two responses
+        with a crop each, so a run on the local Slurm leaves a samples page. The n-th batch of a segment is step
+        ``resume_step + n``."""
+        import io
+
+        from PIL import Image
+
+        from reward.samples import SampleWriter
+
+        rows = []
+        for k, overall in enumerate((round(self.step / 100, 4), 0.0)):
+            png = io.BytesIO()
+            Image.new("RGB", (24, 16), (40 * k, 120, (self.step * 37) % 256)).save(png, "PNG")
+            rows.append({"qid": f"q{self.step % 3}", "question": f"question {self.step}", "gold": "gold",
+                         "answer": f"answer {k}", "quotes": [f"quote {self.step}.{k}"],
+                         "citations": [{"page": 1, "bbox": [0.0, 0.0, 24.0, 16.0], "similarity": 0.9, "quote":
+                                        f"quote {self.step}.{k}", "text": "block text", "crop": 0}],
+                         "crops": [png.getvalue()], "judge_saw_crops": False, "scores": None, "reply": None,
+                         "failed": None, "reward": {"overall": overall}, "keep": 0.5, "unscorable": False})  # fmt: skip
+        SampleWriter(self.metrics_dir).write(self.step - self.start_step, rows)
 
     def local_ray(self) -> None:
         """EasyR1's plain ``ray.init()`` on one trainer node: which cluster does it get?"""
