@@ -172,8 +172,10 @@ def test_non_array_dry_run_is_unchanged_by_the_array_settings_being_absent(evals
     "env,message",
     [
         ({"QUOTECITE_EVAL_SHARDS": "x"}, "QUOTECITE_EVAL_SHARDS='x': expected an integer"),
-        ({"QUOTECITE_EVAL_SHARDS": "2", "QUOTECITE_EVAL_PHASE": "merge"},
-         "QUOTECITE_EVAL_PHASE='merge': expected one of infer, score"),
+        (
+            {"QUOTECITE_EVAL_SHARDS": "2", "QUOTECITE_EVAL_PHASE": "merge"},
+            "QUOTECITE_EVAL_PHASE='merge': expected one of infer, score",
+        ),
         ({"QUOTECITE_EVAL_PHASE": "infer"}, "QUOTECITE_EVAL_PHASE=infer needs QUOTECITE_EVAL_SHARDS"),
         ({"QUOTECITE_EVAL_SHARDS": "2", "QUOTECITE_EVAL_PHASE": "infer"}, "runs as array task 1..2"),
         ({"QUOTECITE_EVAL_SHARDS": "2", "QUOTECITE_EVAL_TASKS": "a"}, "QUOTECITE_EVAL_TASKS='a': expected array ids"),

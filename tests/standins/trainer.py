@@ -232,8 +232,13 @@ class Trainer:
             started = None
             while True:
                 try:
-                    r = post(self.embed_url + "/embeddings", {"model": os.environ.get("QUOTECITE_EMBED_MODEL", ""),
-                                                              "input": [f"quote at step {self.step}"]})
+                    r = post(
+                        self.embed_url + "/embeddings",
+                        {
+                            "model": os.environ.get("QUOTECITE_EMBED_MODEL", ""),
+                            "input": [f"quote at step {self.step}"],
+                        },
+                    )
                     break
                 except OSError:  # refused, reset, HTTP 5xx: the reward's embedder outage rule
                     started = started or time.monotonic()
