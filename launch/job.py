@@ -43,7 +43,7 @@ from typing import Any
 from data_prep.types import InputError
 from launch import allocation, budget, settings
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
-from launch.layout import LayoutError, device_ids, node_address, plan_from_env
+from launch.layout import LayoutError, device_ids, node_address, plan_from_env, position_ranges
 from launch.run_files import RunError
 from launch.runlog import finish, last_step, logged_step, plan_run, prepare, read_outage, record_restart
 from launch.serving import NotHealthy, server_argv, wait_healthy
@@ -356,7 +356,7 @@ class Job:
                 "serving         " + "; ".join(f"{v.name} on {v.node} GPU {v.position}" for v in self.servers)
             )
         if lay.idle:
-            lines.append("idle GPUs       " + "; ".join(f"{n} GPU {_ranges(p)}" for n, p in lay.idle.items()))
+            lines.append("idle GPUs       " + "; ".join(f"{n} GPU {position_ranges(p)}" for n, p in lay.idle.items()))
         lines.append(f"judge           {s.judge_model} at {self.judge_url()}")
         lines.append(f"embedder        {s.embed_model} at {self.embed_url()}")
         lines.append(f"stop on USR1    {s.trainer_stop} (grace {s.stop_grace:g}s); chain: stop after "
@@ -800,12 +800,6 @@ def _active_nodes(status_out: str) -> int:
         if active and "node_" in line:
             n += 1
     return n
-
-
-def _ranges(ps: list[int]) -> str:
-    from launch.layout import _ranges as r
-
-    return r(ps)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -369,7 +369,7 @@ def shell_assignments(alloc: Allocation, lay: Layout) -> str:
         f"QC_TRAINER_GPUS={q(','.join(device_ids(lay.train_positions, alloc.devices, first)))}",
         f"QC_SERVERS={arr(name for name, _, _ in lay.server_gpus())}",
         f"QC_JUDGE_REPLICAS={len(lay.judges)}",
-        f"QC_IDLE={q('; '.join(f'{n} GPU {_ranges(p)}' for n, p in lay.idle.items()))}",
+        f"QC_IDLE={q('; '.join(f'{n} GPU {position_ranges(p)}' for n, p in lay.idle.items()))}",
     ]
     serving_here = [p for n, p in lay.serving if n == first]
     lines.append(
@@ -383,7 +383,7 @@ def shell_assignments(alloc: Allocation, lay: Layout) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ranges(ps: list[int]) -> str:
+def position_ranges(ps: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``0-2,5``."""
     out = []
     for _, grp in itertools.groupby(enumerate(ps), lambda t: t[1] - t[0]):
