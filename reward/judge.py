@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import dataclasses
 import hashlib
 import io
 import json
@@ -171,6 +172,10 @@ that is not an OpenAI chat API) rather than down or slow. A pipeline whose judge
 when every distinct request of a batch failed with one of these (:meth:`reward.pipeline.RewardScorer.score`)."""
 
 
+REPLY_KEEP_CHARS = 4000
+"""Characters of a judge's reply kept with its scores (for the samples; a verdict is a few hundred)."""
+
+
 @dataclass(frozen=True)
 class JudgeScores:
     """Integers in 0..5: answer correctness, evidence relevance, evidence coverage; and, when the judge's reply
@@ -181,6 +186,9 @@ class JudgeScores:
     relevance: int
     coverage: int
     crop_relevance: tuple[int, ...] | None = field(default=None, repr=False)
+    reply: str | None = field(default=None, repr=False, compare=False)
+    """The judge's reply as it came (at most :data:`REPLY_KEEP_CHARS`; None for a judge without one, ``lexical``):
+    the samples browser shows it beside the scores it gave."""
 
 
 @dataclass(frozen=True)
@@ -636,6 +644,8 @@ class HttpJudge:
         scores = self.parse_reply(content)
         if scores is None:
             raise _Failure("unparseable", False, content[:200])
+        if isinstance(scores, JudgeScores):
+            scores = dataclasses.replace(scores, reply=content[:REPLY_KEEP_CHARS])
         return scores
 
     def parse_reply(self, content: str):

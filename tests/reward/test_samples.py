@@ -128,3 +128,22 @@ def test_wandb_table_offline(tmp_path, monkeypatch):
         assert log_to_wandb(tmp_path, 1)
     finally:
         run.finish()
+
+
+def test_the_judges_reply_is_kept_with_its_scores_and_reaches_the_sample(tmp_path):
+    # what the samples browser shows beside the scores: the reply as the judge wrote it
+    from reward.judge import HttpJudge, JudgeRequest, JudgeScores
+    from reward.samples import SampleWriter
+    from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
+
+    text = 'The quote is on page 2.\n{"answer": 5, "relevance": 4, "coverage": 3}'
+    with ScriptedOpenAIServer(handler=lambda path, body, n: Reply(json=chat_completion(text))) as srv:
+        (s,) = HttpJudge(srv.url, "judge-model", retries=0, timeout_s=10).score_batch(
+            [JudgeRequest("q", "gold", "answer", ())]
+        )
+    assert s == JudgeScores(5, 4, 3) and s.reply == text
+    w = SampleWriter(tmp_path, groups=1)
+    rows = [{**fake("q", 1.0, 0.5), "reply": s.reply}, fake("q", 0.0, 0.5)]
+    w.write(1, rows)
+    (g,) = load_steps(tmp_path)[0]["groups"]
+    assert [r.get("reply") for r in g["responses"]] == [text, None]
