@@ -1,11 +1,25 @@
 """A small typed registry for plug-ins (parsers, encoders, resolvers, judges, reward forms, metrics, interfaces).
 
-Entries describe themselves, so callers never compare plug-in names: each entry has a one-line summary and a set
-of *needs* (what it needs from its caller: a judge that ``url`` and ``crops``, a resolver that ``encoder``, an
-encoder that ``url`` for a remote server), and callers ask ``REGISTRY.needs(name, "url")``. An entry is either a
-factory registered with the decorator, or a lazy ``"module:object"`` string imported on first use (so listing the
-plug-ins imports nothing heavy, and a plug-in whose optional dependency is missing fails only when it is used).
-A registry with a ``base`` checks what its factories make.
+One registration idiom serves every kind: ``REGISTRY.register("name", summary=..., needs=(...), **options)`` as a
+decorator on a class or a function (or called on one: ``REGISTRY.register(...)(obj)``), and
+``REGISTRY.add_lazy("name", "module:object", ...)`` with the same keywords for an entry whose module is heavy (it
+is imported on first use, so listing the plug-ins imports nothing heavy and a plug-in whose optional dependency is
+missing fails only when it is used).
+
+Entries describe themselves, so callers never compare plug-in names: each entry has a one-line summary, a set of
+*needs* (what it needs from its caller: a judge a ``url``, a resolver an ``encoder``, an interface ``generation``
+or ``attention``) and the *options* its kind defines (a metric's ``higher_is_better``, a reward form's
+``weights``); callers ask ``REGISTRY.needs(name, "url")`` and ``REGISTRY.option(name, "weights")``.
+
+Every kind declares a ``base`` protocol (a ``typing.Protocol``), which the registry checks with an error naming the
+entry and what it lacks:
+
+* a protocol with members (a parser's ``name``/``version``/``parse``): the entry is a class (or a factory) whose
+  instances have them; a class's methods are checked when it is registered (or first loaded, when lazy), every
+  member on what :meth:`Registry.create` builds (or what a caller hands to :meth:`Registry.check`);
+* a protocol with only ``__call__`` (a metric is ``fn(result)``): the entry is the function itself, and its
+  signature must accept the protocol's arguments, plus one per need that adds an argument (``arguments``: a
+  resolver that needs ``context`` is also given ``context=``), when it is registered or first loaded.
 
 Adding a plug-in is one new module plus one registration line (CONTRIBUTING.md); ``python -m quotecite plugins``
 lists every registry.
@@ -28,13 +42,18 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Iterable
+import inspect
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from data_prep.types import InputError
 
 T = TypeVar("T")
+
+REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
+"""The default of an option every registration line of the kind must give."""
 
 
 class UnknownNameError(InputError, KeyError):
@@ -45,14 +64,20 @@ class UnknownNameError(InputError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class PluginShapeError(TypeError):
+    """A registered entry that does not have what its kind's protocol asks for (a programming error of the
+    plug-in, not bad input): the message names the kind, the entry and what is missing."""
+
+
 @dataclass
 class Entry:
-    """One registered plug-in. ``target``: the factory, or ``"module:object"`` until first use."""
+    """One registered plug-in. ``target``: the class or function, or ``"module:object"`` until first use."""
 
     name: str
     target: Callable | str
     summary: str = ""
     needs: frozenset[str] = field(default_factory=frozenset)
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def loaded(self) -> bool:
@@ -60,39 +85,64 @@ class Entry:
 
 
 class Registry(Generic[T]):
-    """Maps names to factories. ``get`` on an unknown name raises :class:`UnknownNameError` (a ``KeyError``) with a
+    """Maps names to plug-ins. ``get`` on an unknown name raises :class:`UnknownNameError` (a ``KeyError``) with a
     did-you-mean hint.
 
     Args:
         kind: what is registered, for messages ("judge", "resolver").
-        base: a class every class entry must subclass (checked when a lazy entry is loaded), or None.
+        base: the kind's protocol (module docstring), or None (nothing is checked).
         needs: every need an entry of this kind may declare (a typo in an entry or in a caller's question is an
             error); None: whatever the entries declare.
+        options: the options a registration line may give, with their defaults (:data:`REQUIRED`: it must give
+            it); an option not named here is an error.
+        arguments: for a call protocol, the argument a need adds to the call: a keyword name, or None for one
+            more positional argument.
     """
 
-    def __init__(self, kind: str, base: type | None = None, needs: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        base: type | None = None,
+        needs: Iterable[str] | None = None,
+        options: Mapping[str, Any] | None = None,
+        arguments: Mapping[str, str | None] | None = None,
+    ) -> None:
         self.kind = kind
         self.base = base
         self.vocabulary = None if needs is None else frozenset(needs)
+        self.defaults = dict(options or {})
+        self.arguments = dict(arguments or {})
         self._items: dict[str, Entry] = {}
 
     # ----------------------------------------------------------------------------------------- registering
-    def register(
-        self, name: str, *, summary: str = "", needs: Iterable[str] = ()
-    ) -> Callable[[Callable[..., T]], Callable[..., T]]:
-        """Decorator: register ``factory`` (a class or a function returning the plug-in) under ``name``."""
+    def register(self, name: str, *, summary: str = "", needs: Iterable[str] = (), **options) -> Callable[[T], T]:
+        """Decorator: register ``obj`` (a class or a function; what the kind's protocol says) under ``name``;
+        returns ``obj`` unchanged."""
 
-        def deco(factory: Callable[..., T]) -> Callable[..., T]:
-            self._add(Entry(name, factory, summary or _first_line(factory), frozenset(needs)))
-            return factory
+        def deco(obj: T) -> T:
+            entry = Entry(name, obj, summary or first_sentence(obj), frozenset(needs), self._options(name, options))
+            self._check_shape(entry, obj)
+            self._add(entry)
+            return obj
 
         return deco
 
-    def add_lazy(self, name: str, target: str, *, summary: str = "", needs: Iterable[str] = ()) -> None:
-        """Register ``"module:object"`` without importing it."""
+    def add_lazy(self, name: str, target: str, *, summary: str = "", needs: Iterable[str] = (), **options) -> None:
+        """Register ``"module:object"`` without importing it (checked like :meth:`register` on first use)."""
         if ":" not in target:
             raise ValueError(f"{self.kind} {name!r}: lazy target must be 'module:object', got {target!r}")
-        self._add(Entry(name, target, summary, frozenset(needs)))
+        self._add(Entry(name, target, summary, frozenset(needs), self._options(name, options)))
+
+    def _options(self, name: str, given: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(given) - set(self.defaults))
+        if unknown:
+            known = ", ".join(sorted(self.defaults)) or "none"
+            raise TypeError(f"{self.kind} {name!r}: unknown option {unknown[0]!r} (a {self.kind} takes: {known})")
+        out = {**self.defaults, **given}
+        missing = sorted(k for k, v in out.items() if v is REQUIRED)
+        if missing:
+            raise TypeError(f"{self.kind} {name!r}: the registration must give {', '.join(missing)}")
+        return out
 
     def _add(self, entry: Entry) -> None:
         if self.vocabulary is not None and not entry.needs <= self.vocabulary:
@@ -108,9 +158,48 @@ class Registry(Generic[T]):
         """Remove ``name`` (tests that register a throwaway plug-in clean up with it)."""
         self._items.pop(name, None)
 
+    # ----------------------------------------------------------------------------------------- checking
+    def _check_shape(self, entry: Entry, obj) -> None:
+        """What can be checked before anything is built: a call protocol's signature, a class's methods."""
+        if self.base is None:
+            return
+        if _is_call_protocol(self.base):
+            problem = _signature_problem(obj, self.base, self._call_arguments(entry))
+            if problem:
+                raise PluginShapeError(f"{self.kind} {entry.name!r}: {problem}")
+        elif inspect.isclass(obj):
+            missing = [m for m in _protocol_methods(self.base) if not callable(getattr(obj, m, None))]
+            if missing:
+                raise PluginShapeError(
+                    f"{self.kind} {entry.name!r}: class {obj.__name__} is not a {self.base.__name__} "
+                    f"(missing: {', '.join(missing)})"
+                )
+
+    def _call_arguments(self, entry: Entry) -> tuple[int, list[str]]:
+        """Extra (positional count, keyword names) the entry's needs add to the call protocol's arguments."""
+        extra = [self.arguments[n] for n in sorted(entry.needs) if n in self.arguments]
+        return sum(a is None for a in extra), [a for a in extra if a is not None]
+
+    def check(self, name: str, obj: T) -> T:
+        """``obj`` (what entry ``name`` built) if it has every member of the kind's protocol, else
+        :class:`PluginShapeError` naming the entry and the missing members."""
+        if self.base is not None and not _is_call_protocol(self.base):
+            missing = _missing_members(obj, self.base)
+            if missing:
+                raise PluginShapeError(
+                    f"{self.kind} {name!r} made a {type(obj).__name__}, which is not a {self.base.__name__} "
+                    f"(missing: {', '.join(missing)})"
+                )
+        return obj
+
     # ----------------------------------------------------------------------------------------- looking up
     def names(self) -> list[str]:
+        """The registered names, sorted."""
         return sorted(self._items)
+
+    def in_order(self) -> list[str]:
+        """The registered names in registration order (the order of a report's columns)."""
+        return list(self._items)
 
     def entry(self, name: str) -> Entry:
         try:
@@ -121,6 +210,7 @@ class Registry(Generic[T]):
             raise UnknownNameError(f"unknown {self.kind} {name!r}{hint} (known: {', '.join(self.names())})") from None
 
     def get(self, name: str) -> Callable[..., T]:
+        """The registered class or function ``name`` (a lazy one is imported and checked now)."""
         entry = self.entry(name)
         if isinstance(entry.target, str):
             module, _, attr = entry.target.partition(":")
@@ -130,23 +220,22 @@ class Registry(Generic[T]):
                 raise InputError(f"{self.kind} {name!r} cannot be loaded: {e}") from None
             except AttributeError:
                 raise ValueError(f"{self.kind} {name!r}: {entry.target} does not exist") from None
+            self._check_shape(entry, obj)
             entry.target = obj
             if not entry.summary:
-                entry.summary = _first_line(obj)
+                entry.summary = first_sentence(obj)
         return entry.target
 
     def create(self, name: str, **kwargs) -> T:
-        """Build plug-in ``name``; with a ``base`` (a class, or a ``runtime_checkable`` protocol), what the factory
-        made must be an instance of it."""
-        obj = self.get(name)(**kwargs)
-        if self.base is not None:
-            missing = _missing_members(obj, self.base)
-            if missing:
-                raise TypeError(
-                    f"{self.kind} {name!r} made a {type(obj).__name__}, which is not a {self.base.__name__} "
-                    f"(missing: {', '.join(missing)})"
-                )
-        return obj
+        """Build plug-in ``name`` from its class or factory and :meth:`check` what it made."""
+        return self.check(name, self.get(name)(**kwargs))
+
+    def option(self, name: str, option: str):
+        """The value of ``option`` on entry ``name`` (its kind's default when the registration line left it out)."""
+        entry = self.entry(name)
+        if option not in self.defaults:
+            raise ValueError(f"{self.kind} options: unknown option {option!r} (known: {', '.join(self.defaults)})")
+        return entry.options[option]
 
     def needs(self, name: str, what: str) -> bool:
         """Whether plug-in ``name`` needs ``what`` from its caller (a need no entry declares is a typo: it
@@ -173,18 +262,50 @@ class Registry(Generic[T]):
         return name in self._items
 
 
+# --------------------------------------------------------------------------------------------- protocol checks
+def _is_call_protocol(base: type) -> bool:
+    """A protocol whose one member is ``__call__``: its entries are functions."""
+    return "__call__" in vars(base) and not _protocol_methods(base) and not getattr(base, "__annotations__", {})
+
+
+def _protocol_methods(base: type) -> list[str]:
+    return [n for n, v in vars(base).items() if callable(v) and not n.startswith("_")]
+
+
 def _missing_members(obj, base: type) -> list[str]:
     """Members of ``base`` that ``obj`` lacks. A protocol's members (annotated attributes and public methods) are
     looked up without reading them: ``isinstance`` against a runtime protocol would evaluate properties (an
     encoder's ``dim`` may ask its server)."""
     if not getattr(base, "_is_protocol", False):
         return [] if isinstance(obj, base) else [base.__name__]
-    members = [*getattr(base, "__annotations__", {})]
-    members += [n for n, v in vars(base).items() if callable(v) and not n.startswith("_")]
+    members = [*getattr(base, "__annotations__", {}), *_protocol_methods(base)]
     own = getattr(obj, "__dict__", {})
     return [n for n in members if n not in own and not hasattr(type(obj), n)]
 
 
-def _first_line(obj) -> str:
-    doc = getattr(obj, "__doc__", None) or ""
-    return doc.strip().splitlines()[0].strip() if doc.strip() else ""
+def _signature_problem(fn, base: type, extra: tuple[int, list[str]]) -> str | None:
+    """Why ``fn`` cannot be called the way ``base.__call__`` says (its required arguments, plus ``extra``:
+    positional count and keyword names the entry's needs add), or None."""
+    if not callable(fn):
+        return f"{fn!r} is not callable (a {base.__name__} is a function)"
+    params = list(inspect.signature(base.__call__).parameters.values())[1:]  # without self
+    required = [p.name for p in params if p.default is inspect.Parameter.empty and p.kind <= p.POSITIONAL_OR_KEYWORD]
+    n_extra, keywords = extra
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # a builtin without a signature: nothing to check
+    try:
+        sig.bind(*required, *range(n_extra), **dict.fromkeys(keywords))
+    except TypeError as e:
+        wanted = ", ".join([*required, *(["..."] * n_extra), *(f"{k}=" for k in keywords)])
+        name = getattr(fn, "__name__", type(fn).__name__)
+        return f"{name}{sig} cannot be called as a {base.__name__}({wanted}): {e}"
+    return None
+
+
+def first_sentence(obj) -> str:
+    """The first paragraph of ``obj``'s docstring on one line, without reST markup (the listing shows it)."""
+    doc = inspect.cleandoc(getattr(obj, "__doc__", None) or "")
+    doc = " ".join(doc.split("\n\n")[0].split())
+    return re.sub(r":\w+:`([^`]*)`|``([^`]*)``", lambda m: m.group(1) or m.group(2), doc)

@@ -25,11 +25,11 @@ from eval.schemas import read_gold
 
 
 def make_template(args: argparse.Namespace):
-    """The prompt of ``eval infer`` (module docstring): CiteVQA's for the coordinate interface unless
-    ``--coordinate-prompt ours``, else our template with ``--prompt-role``."""
-    from eval.interfaces import get_interface
+    """The prompt of ``eval infer`` (module docstring): CiteVQA's for an interface that needs it (the coordinate
+    interface) unless ``--coordinate-prompt ours``, else our template with ``--prompt-role``."""
+    from eval.interfaces import INTERFACES
 
-    if get_interface(args.interface).cites_by == "boxes" and args.coordinate_prompt == "citevqa":
+    if INTERFACES.needs(args.interface, "citevqa_prompt") and args.coordinate_prompt == "citevqa":
         from eval.citevqa import CiteVQAInferPrompt
 
         return CiteVQAInferPrompt(args.citevqa_dir)

@@ -107,24 +107,25 @@ class Resolver:
         return self._encoders[name]
 
     def resolve(self, gold: Gold, pred: Prediction) -> dict:
-        """The output record of one prediction."""
+        """The output record of one prediction: its interface cites it (:meth:`eval.interfaces.Interface.cite`,
+        which calls one of the ``resolve_*`` methods below or builds the record itself)."""
         cached = self.docs.get(gold.doc_key)
-        how = get_interface(pred.interface).cites_by if pred.interface else "quotes"
-        if how == "boxes":
-            return self._coordinate(gold, pred, cached)
-        if how == "citations":  # blocks read off the attention (eval/attention.py): already citations
-            self.stats["responses"] += 1
-            return self._record(
-                pred, pred.answer, [c.to_json() for c in pred.citations], {"interface": pred.interface}, {}
-            )
-        if how == "steps":  # LAT's Chain-of-Evidence boxes (eval/lat.py)
-            from eval.lat import resolve_lat
+        return get_interface(pred.interface).cite(self, gold, pred, cached)
 
-            self.stats["responses"] += 1
-            return self._record(pred, *resolve_lat(pred, cached), {})
-        return self._language(gold, pred, cached)
+    def keep_citations(self, gold: Gold, pred: Prediction, cached: CachedDoc) -> dict:
+        """The prediction's own citations, as they are (blocks read off the attention, :mod:`eval.attention`)."""
+        self.stats["responses"] += 1
+        return self.record(pred, pred.answer, [c.to_json() for c in pred.citations], {"interface": pred.interface})
 
-    def _language(self, gold: Gold, pred: Prediction, cached: CachedDoc) -> dict:
+    def resolve_steps(self, gold: Gold, pred: Prediction, cached: CachedDoc) -> dict:
+        """LAT's Chain-of-Evidence boxes (:mod:`eval.lat`)."""
+        from eval.lat import resolve_lat
+
+        self.stats["responses"] += 1
+        return self.record(pred, *resolve_lat(pred, cached))
+
+    def resolve_quotes(self, gold: Gold, pred: Prediction, cached: CachedDoc) -> dict:
+        """The response's quotes resolved to blocks (or the question as the query, :attr:`query`)."""
         from reward.resolve import rank_blocks, resolve_quotes, similarity_matrix
         from reward.response import parse_response, strip_reasoning
 
@@ -172,9 +173,10 @@ class Resolver:
                 )
             info["budget"] = budget
         self.stats["citations"] += len(citations)
-        return self._record(pred, answer, citations, info, extra)
+        return self.record(pred, answer, citations, info, extra)
 
-    def _coordinate(self, gold: Gold, pred: Prediction, cached: CachedDoc) -> dict:
+    def resolve_boxes(self, gold: Gold, pred: Prediction, cached: CachedDoc) -> dict:
+        """The response's coordinate tags as citations in points (snapped to blocks with :attr:`snap`)."""
         from eval.coordinate import parse_coordinate_response, snap, to_points
 
         parsed = parse_coordinate_response(pred.response)
@@ -203,16 +205,18 @@ class Resolver:
         self.stats["pages_out_of_range"] += dropped
         self.stats["parsed" if citations else "no_citation"] += 1
         self.stats["citations"] += len(citations)
-        return self._record(pred, parsed.answer or pred.answer, citations, info, {})
+        return self.record(pred, parsed.answer or pred.answer, citations, info)
 
     @staticmethod
-    def _record(pred: Prediction, answer: str, citations: list[dict], info: dict, extra: dict) -> dict:
+    def record(pred: Prediction, answer: str, citations: list[dict], info: dict, extra: dict | None = None) -> dict:
+        """The output record: the prediction with its ``answer``, ``citations``, ``resolve`` (``info``) and the
+        fields of ``extra``."""
         d = pred.to_json()
         d.pop("candidates", None)
         d["answer"] = answer
         d["citations"] = citations
         d["resolve"] = info
-        d.update(extra)
+        d.update(extra or {})
         return d
 
 

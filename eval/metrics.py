@@ -86,13 +86,14 @@ How this differs from CiteVQA's released scorer (``eval/run.py`` of opendatalab/
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from data_prep.geometry import iou
-from data_prep.registry import Registry
+from data_prep.registry import REQUIRED, Registry
 from eval.boxes import match_matrix, matches
 from eval.schemas import Cited, Element, Gold, Prediction
 
@@ -274,12 +275,18 @@ class QuestionResult:
 
 
 # ---------------------------------------------------------------------------------------------- metric registry
+class MetricFn(Protocol):
+    """A metric: its value for one question (None: the question does not count in the mean)."""
+
+    def __call__(self, result: QuestionResult) -> float | None: ...
+
+
 @dataclass(frozen=True)
 class Metric:
     """A per-question value (None = the question does not count) and how it is aggregated."""
 
     name: str
-    per_question: Callable[[QuestionResult], float | None]
+    per_question: MetricFn
     aggregation: str
     higher_is_better: bool
     needs_judge: bool = False
@@ -290,23 +297,19 @@ class Metric:
         return float(np.mean(vals)) if vals else None
 
 
-METRICS: Registry[Metric] = Registry("metric", needs=("judge",))
-METRIC_ORDER: list[str] = []
-
-
-def _metric(name: str, aggregation: str, higher_is_better: bool, needs_judge: bool = False):
-    def deco(fn: Callable[[QuestionResult], float | None]) -> Callable[[QuestionResult], float | None]:
-        m = Metric(name, fn, aggregation, higher_is_better, needs_judge)
-        METRICS.register(name, summary=aggregation, needs=("judge",) if needs_judge else ())(lambda: m)
-        METRIC_ORDER.append(name)
-        return fn
-
-    return deco
+METRICS: Registry[MetricFn] = Registry(
+    "metric", base=MetricFn, needs=("judge",), options={"higher_is_better": REQUIRED}
+)
+"""Registration line: ``@METRICS.register("name", summary="<how it is aggregated>", higher_is_better=...)`` on the
+per-question function (``needs=("judge",)``: it reads the judge's scores, so only ``eval score`` with a judge
+reports it). ``metrics.json`` reports every registered metric, in registration order."""
 
 
 def get_metric(name: str) -> Metric:
     """The registered metric ``name`` (KeyError with a did-you-mean hint otherwise)."""
-    return METRICS.create(name)
+    entry = METRICS.entry(name)
+    fn = METRICS.get(name)
+    return Metric(name, fn, entry.summary, METRICS.option(name, "higher_is_better"), METRICS.needs(name, "judge"))
 
 
 def recall_metric(key: str) -> Metric:
@@ -314,59 +317,77 @@ def recall_metric(key: str) -> Metric:
     return Metric(f"recall@{key}", lambda r: r.boxes.recall[key], "mean over all questions", True)
 
 
-@_metric("precision", "mean over questions with >= 1 citation", higher_is_better=True)
+@METRICS.register("precision", summary="mean over questions with >= 1 citation", higher_is_better=True)
 def _precision(r: QuestionResult) -> float | None:
     return r.boxes.precision
 
 
-@_metric("f1", "mean over all questions (0 without citation)", higher_is_better=True)
+@METRICS.register("f1", summary="mean over all questions (0 without citation)", higher_is_better=True)
 def _f1(r: QuestionResult) -> float | None:
     return r.boxes.f1
 
 
-@_metric("format_rate", "share of all questions with >= 1 citation", higher_is_better=True)
+@METRICS.register("format_rate", summary="share of all questions with >= 1 citation", higher_is_better=True)
 def _format_rate(r: QuestionResult) -> float | None:
     return float(r.boxes.n_citations > 0)
 
 
-@_metric("citations_per_response", "mean over all questions", higher_is_better=False)
+@METRICS.register("citations_per_response", summary="mean over all questions", higher_is_better=False)
 def _cpr(r: QuestionResult) -> float | None:
     return float(r.boxes.n_citations)
 
 
-@_metric("ans", "mean Ans / 5 over questions with a parsed judge output", True, needs_judge=True)
+@METRICS.register(
+    "ans", summary="mean Ans / 5 over questions with a parsed judge output", higher_is_better=True, needs=("judge",)
+)
 def _ans(r: QuestionResult) -> float | None:
     if r.judge is None or r.judge.failed:
         return None
     return r.judge.answer / r.cfg.judge_scale
 
 
-@_metric("rel", "mean Rel / 5 over questions with a parsed judge output", True, needs_judge=True)
+@METRICS.register(
+    "rel", summary="mean Rel / 5 over questions with a parsed judge output", higher_is_better=True, needs=("judge",)
+)
 def _rel(r: QuestionResult) -> float | None:
     if r.judge is None or r.judge.failed:
         return None
     return r.judge.relevance / r.cfg.judge_scale
 
 
-@_metric("saa", "share of judged questions: Ans>=4 and (Rel>=4 or recall@0.5>=0.6)", True, needs_judge=True)
+@METRICS.register(
+    "saa",
+    summary="share of judged questions: Ans>=4 and (Rel>=4 or recall@0.5>=0.6)",
+    higher_is_better=True,
+    needs=("judge",),
+)
 def _saa(r: QuestionResult) -> float | None:
     a, e = r.answer_correct(), r.attributed()
     return None if a is None else float(a and e)
 
 
-@_metric("ah", "among judged questions with Ans>=4: share not attributed", False, needs_judge=True)
+@METRICS.register(
+    "ah", summary="among judged questions with Ans>=4: share not attributed", higher_is_better=False, needs=("judge",)
+)
 def _ah(r: QuestionResult) -> float | None:
     a, e = r.answer_correct(), r.attributed()
     return None if not a else float(not e)
 
 
-@_metric("saa_strict", "share of judged questions: Ans>=4 and Rel>=4", True, needs_judge=True)
+@METRICS.register(
+    "saa_strict", summary="share of judged questions: Ans>=4 and Rel>=4", higher_is_better=True, needs=("judge",)
+)
 def _saa_strict(r: QuestionResult) -> float | None:
     a, e = r.answer_correct(), r.attributed(strict=True)
     return None if a is None else float(a and e)
 
 
-@_metric("ah_strict", "among judged questions with Ans>=4: share with Rel<4", False, needs_judge=True)
+@METRICS.register(
+    "ah_strict",
+    summary="among judged questions with Ans>=4: share with Rel<4",
+    higher_is_better=False,
+    needs=("judge",),
+)
 def _ah_strict(r: QuestionResult) -> float | None:
     a, e = r.answer_correct(), r.attributed(strict=True)
     return None if not a else float(not e)
@@ -378,11 +399,10 @@ def aggregate(results: Sequence[QuestionResult], cfg: ScoringConfig = ScoringCon
     only when citations cover several annotated elements each)."""
     out: dict = {"n": len(results)}
     out["recall"] = {k: recall_metric(k).aggregate(results) or 0.0 for k in cfg.threshold_keys()}
-    for name in ("precision", "f1", "format_rate", "citations_per_response"):
-        out[name] = get_metric(name).aggregate(results)
-    if judged:
-        for name in ("ans", "rel", "saa", "ah", "saa_strict", "ah_strict"):
+    for name in METRICS.in_order():  # every registered metric; one that reads the judge only with a judge
+        if judged or not METRICS.needs(name, "judge"):
             out[name] = get_metric(name).aggregate(results)
+    if judged:
         failed = sum(1 for r in results if r.judge is None or r.judge.failed)
         out["judge_failures"] = {"failed": failed, "judged": len(results) - failed}
         # Paper Table 1 reports the box metrics on the judged subset too (Section 4, Appendix B).
@@ -419,5 +439,5 @@ def metric_docs() -> list[dict]:
     """Name, aggregation and direction of every registered metric (for the docs and the report)."""
     return [
         {"name": m.name, "aggregation": m.aggregation, "higher_is_better": m.higher_is_better}
-        for m in (get_metric(n) for n in METRIC_ORDER)
+        for m in (get_metric(n) for n in METRICS.in_order())
     ]

@@ -144,7 +144,7 @@ def _figure_block(cached, page: int, bbox) -> int | None:
 def multattreval(golds, preds, docs, length_unit: str = "words") -> dict:
     """The metric over aligned gold/prediction lists (``preds[i]`` None = missing: P = R = 0) with the cache
     ``docs`` (:class:`~eval.cmd_resolve.DocCache`) for text layers and figure blocks (module docstring)."""
-    from eval.interfaces import get_interface
+    from eval.interfaces import DEFAULT_INTERFACE, INTERFACES
     from reward.response import parse_response
 
     items: list[ItemScore] = []
@@ -168,7 +168,7 @@ def multattreval(golds, preds, docs, length_unit: str = "words") -> dict:
                 items.append(score_item([], gold_spans, [], gold_images, length_unit))
                 continue
             pred_spans: list[str] = []
-            quotes = get_interface(p.interface).cites_by == "quotes"  # the language interface: its quotes are spans
+            quotes = INTERFACES.needs(p.interface or DEFAULT_INTERFACE, "quotes")  # its quotes are the spans
             if quotes:
                 pred_spans = list(parse_response(p.response).quotes)
             pred_images = []

@@ -1,7 +1,8 @@
 """``python -m quotecite plugins``: every registry and what is registered in it, with what each entry needs.
 
 Listing imports no plug-in module: entries registered lazily (``"module:object"``) stay unimported, so the list
-works where an optional dependency (MinerU, Docling, vLLM) is missing.
+works where an optional dependency (MinerU, Docling, vLLM) is missing. ``--import MODULE`` imports a plug-in module
+of your own first (one that registers its entry when imported), so its entries are listed too.
 """
 
 from __future__ import annotations
@@ -34,11 +35,22 @@ def registries() -> dict[str, object]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kind", nargs="?", default=None, help="list only this kind (parser, encoder, judge, ...)")
     parser.add_argument("--json", action="store_true", help="one JSON object per entry")
+    parser.add_argument(
+        "--import", dest="modules", action="append", default=[], metavar="MODULE",
+        help="import this plug-in module first (repeatable; it must be importable, e.g. on PYTHONPATH)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
+    import importlib
+
     from data_prep.types import InputError
 
+    for module in getattr(args, "modules", []):
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise InputError(f"--import {module}: {e}") from None
     regs = registries()
     if args.kind is not None and args.kind not in regs:
         raise InputError(f"unknown kind {args.kind!r} (known: {', '.join(regs)})")

@@ -49,6 +49,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from data_prep.io import MAX_INT_DIGITS, loads_record
 from data_prep.registry import Registry
@@ -885,7 +886,21 @@ class LexicalJudge:
 
 
 # --------------------------------------------------------------------------------------------- registry and crops
-JUDGES: Registry = Registry("judge", needs=("url", "crops"))
+class Judge(Protocol):
+    """A judge: scores a batch of :class:`JudgeRequest` (None where a request could not be scored), keeps the
+    counters of its last batch (``stats``) and of its life (``total``), and says whether it reads crops of the
+    cited regions (``needs_crops``: the pipeline renders them only then)."""
+
+    needs_crops: bool
+    stats: JudgeStats
+    total: JudgeStats
+
+    def score_batch(self, requests: Sequence[JudgeRequest]) -> list[JudgeScores | None]: ...
+
+
+JUDGES: Registry[Judge] = Registry("judge", base=Judge, needs=("url", "crops"))
+"""Registration line: ``@JUDGES.register("name", summary=..., needs=(...))`` on the judge's class (needs: ``url``,
+built with ``base_url``, ``model`` and :class:`JudgeSettings`' client settings; ``crops``, it sees crops)."""
 DEFAULT_JUDGE = "http"
 """The judge of training and of ``--judge-url`` alone."""
 OFFLINE_JUDGE = "lexical"
@@ -912,9 +927,10 @@ def get_judge(name: str, **kwargs):
     ``KeyError`` with a did-you-mean, unknown keyword arguments raise :class:`InputError`."""
     factory = JUDGES.get(name)
     try:
-        return factory(**kwargs)
+        judge = factory(**kwargs)
     except TypeError as e:
         raise InputError(f"judge {name!r}: {e}") from None
+    return JUDGES.check(name, judge)
 
 
 def crop_pngs(

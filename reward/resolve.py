@@ -36,8 +36,9 @@ import math
 import os
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -137,11 +138,19 @@ def _text_index(cached: CachedDoc) -> _TextIndex:
 
 
 # --------------------------------------------------------------------------------------------- resolvers
-Scorer = Callable[..., np.ndarray]
-"""``scorer(quotes, cached, ids, encoder) -> (len(quotes), len(ids))``. Its registry entry says what it needs:
-``encoder`` (the document's embeddings and a quote encoder), ``context`` (it is also given ``context=``, str or
-None: the question and answer)."""
-RESOLVERS: Registry[Scorer] = Registry("resolver", needs=("encoder", "context"))
+class Scorer(Protocol):
+    """A resolver: ``scorer(quotes, cached, ids, encoder) -> (len(quotes), len(ids))`` scores of each quote
+    against each candidate block ``ids`` of ``cached``. Its registry entry says what it needs: ``encoder`` (the
+    document's embeddings and a quote encoder; ``encoder`` is None otherwise), ``context`` (it is also given
+    ``context=``, str or None: the question and answer)."""
+
+    def __call__(self, quotes: Sequence[str], cached: CachedDoc, ids: np.ndarray, encoder) -> np.ndarray: ...
+
+
+RESOLVERS: Registry[Scorer] = Registry(
+    "resolver", base=Scorer, needs=("encoder", "context"), arguments={"context": "context"}
+)
+"""Registration line: ``@RESOLVERS.register("name", summary=..., needs=(...))`` on the scorer function."""
 
 
 def resolver_uses_encoder(name: str) -> bool:

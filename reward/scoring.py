@@ -35,16 +35,20 @@ retries) gets the mean reward of the scorable responses of its group in the same
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
-from data_prep.registry import Registry
+from data_prep.registry import REQUIRED, Registry
 from data_prep.types import InputError
 from reward.judge import SCORE_MAX, JudgeScores
 
-ScoreFn = Callable[..., float]
-"""``fn(scores, weights)``; a form with ``uses_evidence`` is called ``fn(scores, weights, evidence)``."""
+
+class ScoreFn(Protocol):
+    """A reward form: ``fn(scores, weights) -> float``; a form that needs ``evidence`` is called
+    ``fn(scores, weights, evidence)`` (:class:`CitedEvidence`)."""
+
+    def __call__(self, scores: JudgeScores, weights: Mapping[str, float]) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -115,31 +119,21 @@ class RewardForm:
         return float(self.fn(scores, self.weights(weights)))
 
 
-REWARD_FORMS: Registry[RewardForm] = Registry("reward form", needs=("judge", "steps"))
+REWARD_FORMS: Registry[ScoreFn] = Registry(
+    "reward form",
+    base=ScoreFn,
+    needs=("judge", "steps", "evidence"),
+    options={"weights": REQUIRED, "bounds": {}},
+    arguments={"evidence": None},
+)
+"""Registration line: ``@REWARD_FORMS.register("name", needs=("judge",), weights={...})`` on the formula (summary:
+its docstring's first paragraph). Needs: ``judge`` (a formula over the judge's scores, :mod:`reward.pipeline`),
+``steps`` (scored from the response itself, :mod:`reward.lat`), ``evidence`` (also given the response's
+:class:`CitedEvidence`). Options: ``weights`` (names and defaults), ``bounds`` (allowed ``(low, high)`` per
+weight)."""
 
 
-def _first_line(fn) -> str:
-    """The docstring's first sentence, without reST markup (the listing command shows it)."""
-    doc = " ".join((fn.__doc__ or "").split("\n\n")[0].split())
-    return re.sub(r":\w+:`([^`]*)`|``([^`]*)``", lambda m: m.group(1) or m.group(2), doc)
-
-
-def _register(
-    name: str, default_weights: Mapping[str, float], bounds=None, uses_evidence: bool = False, judged: bool = True
-):
-    """Register a reward form. ``judged``: it is a formula over the judge's scores (the pipeline of
-    :mod:`reward.pipeline`); a form that is not (``lat``) scores the response itself in :mod:`reward.lat`."""
-
-    def deco(fn: ScoreFn) -> ScoreFn:
-        form = RewardForm(name, fn, dict(default_weights), dict(bounds or {}), uses_evidence)
-        needs = ("judge",) if judged else ("steps",)
-        REWARD_FORMS.register(name, summary=_first_line(fn), needs=needs)(lambda: form)
-        return fn
-
-    return deco
-
-
-@_register("gated", {})
+@REWARD_FORMS.register("gated", needs=("judge",), weights={})
 def gated(s: JudgeScores, w: Mapping[str, float]) -> float:
     """``(a/5) * (r + c)/10``.
 
@@ -156,7 +150,8 @@ CORRECT_AT = 4
 rule of the judge metrics: SAA and AH count Ans >= 4 as correct)."""
 
 
-@_register("hard_gate", {"correct_at": float(CORRECT_AT)}, bounds={"correct_at": (0.0, float(SCORE_MAX))})
+@REWARD_FORMS.register("hard_gate", needs=("judge",), weights={"correct_at": float(CORRECT_AT)},
+                       bounds={"correct_at": (0.0, float(SCORE_MAX))})  # fmt: skip
 def hard_gate(s: JudgeScores, w: Mapping[str, float]) -> float:
     """``(a/5) * (r + c)/10`` if ``a >= correct_at`` else 0.
 
@@ -168,7 +163,9 @@ def hard_gate(s: JudgeScores, w: Mapping[str, float]) -> float:
     return gated(s, w) if s.answer >= w["correct_at"] else 0.0
 
 
-@_register("precision", {"penalty": 0.5}, bounds={"penalty": (0.0, 1.0)}, uses_evidence=True)
+@REWARD_FORMS.register(
+    "precision", needs=("judge", "evidence"), weights={"penalty": 0.5}, bounds={"penalty": (0.0, 1.0)}
+)
 def precision(s: JudgeScores, w: Mapping[str, float], e: CitedEvidence) -> float:
     """``gated * (1 - penalty * (1 - P))``, ``P`` = :attr:`CitedEvidence.precision`.
 
@@ -180,23 +177,24 @@ def precision(s: JudgeScores, w: Mapping[str, float], e: CitedEvidence) -> float
     return gated(s, w) * (1.0 - w["penalty"] * (1.0 - e.precision))
 
 
-@_register("additive", {"answer": 0.5, "evidence": 0.5})
+@REWARD_FORMS.register("additive", needs=("judge",), weights={"answer": 0.5, "evidence": 0.5})
 def additive(s: JudgeScores, w: Mapping[str, float]) -> float:
     """``w_answer * a/5 + w_evidence * (r + c)/10``."""
     return w["answer"] * s.answer / SCORE_MAX + w["evidence"] * (s.relevance + s.coverage) / (2 * SCORE_MAX)
 
 
-@_register("answer_only", {})
+@REWARD_FORMS.register("answer_only", needs=("judge",), weights={})
 def answer_only(s: JudgeScores, w: Mapping[str, float]) -> float:
     """``a/5``."""
     return s.answer / SCORE_MAX
 
 
-@_register("lat", {"format": 1.0, "accuracy": 1.0, "step": 1.0, "ground": 1.0}, judged=False)
+@REWARD_FORMS.register("lat", needs=("steps",), weights={"format": 1.0, "accuracy": 1.0, "step": 1.0, "ground": 1.0})
 def lat(s: JudgeScores, w: Mapping[str, float]) -> float:
-    """LAT's Chain-of-Evidence reward: computed from the response by :mod:`reward.lat` (the plugin routes it
-    there), never from judge scores. Its weights scale LAT's four terms (unit weights, as LAT sums them)."""
-    raise InputError("reward form 'lat' is scored by reward.lat from the response, not from judge scores")
+    """LAT's Chain-of-Evidence reward: computed from the response's steps (``needs=("steps",)``: the pipeline's
+    scorer calls :class:`reward.lat.StepTerms`), never from judge scores. Its weights scale LAT's four terms (unit
+    weights, as LAT sums them)."""
+    raise InputError("reward form 'lat' is scored from the response's steps (reward.lat), not from judge scores")
 
 
 def is_judged(name: str) -> bool:
@@ -206,8 +204,12 @@ def is_judged(name: str) -> bool:
 
 
 def get_reward_form(name: str) -> RewardForm:
-    """The registered form ``name``; unknown names raise ``KeyError`` with a did-you-mean."""
-    return REWARD_FORMS.create(name)
+    """The registered form ``name`` with its weights and bounds; unknown names raise ``KeyError`` with a
+    did-you-mean."""
+    opt = REWARD_FORMS.entry(name).options
+    return RewardForm(
+        name, REWARD_FORMS.get(name), dict(opt["weights"]), dict(opt["bounds"]), REWARD_FORMS.needs(name, "evidence")
+    )
 
 
 @dataclass(frozen=True)

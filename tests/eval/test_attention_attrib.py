@@ -224,7 +224,10 @@ def test_predictions_have_the_common_format_and_resolve_keeps_them(tmp_path):
     (pred,) = read_predictions(tmp_path / "p.jsonl")
     assert (pred.interface, pred.answer, pred.citations[0].page, pred.citations[0].block_id) == (
         "attention", "Shenzhen", 2, 4)  # fmt: skip
-    record = Resolver._record(pred, pred.answer, [c.to_json() for c in pred.citations], {}, {})
+    from data_prep.cache import DocCache
+    from eval.interfaces import get_interface
+
+    record = get_interface(pred.interface).cite(Resolver(DocCache(tmp_path)), None, pred, None)  # kept as they are
     assert record["citations"] == [{"page": 2, "bbox": [10.0, 20.0, 30.0, 40.0], "similarity": 0.8, "block_id": 4}]
     assert json.loads(p["response"])["attributed_blocks"] == [4]
 
