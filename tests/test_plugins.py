@@ -506,20 +506,29 @@ def test_interfaces_say_what_they_need_instead_of_being_named():
 
 
 def test_plugins_command_lists_every_kind(capsys):
-    from quotecite.cmd_plugins import add_arguments, registries, run
+    from data_prep.encoders import ENCODERS
+    from data_prep.parsers import PARSERS
+    from eval.interfaces import INTERFACES
+    from eval.metrics import METRICS
+    from quotecite.cmd_plugins import add_arguments, run
     from reward.judge import JUDGES
+    from reward.resolve import RESOLVERS
+    from reward.scoring import REWARD_FORMS
 
+    kinds = {"parser": PARSERS, "encoder": ENCODERS, "resolver": RESOLVERS, "judge": JUDGES,
+             "reward form": REWARD_FORMS, "metric": METRICS, "interface": INTERFACES}  # fmt: skip
     p = argparse.ArgumentParser()
     add_arguments(p)
     assert run(p.parse_args(["--json"])) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert {r["kind"] for r in rows} == set(registries()) and len(registries()) == 7
-    assert {
-        "kind": "judge",
-        "name": "http",
-        "summary": JUDGES.entry("http").summary,
-        "needs": ["crops", "url"],
-    } in rows
+    listed = {(r["kind"], r["name"]) for r in rows}
+    assert listed == {(kind, name) for kind, reg in kinds.items() for name in reg.names()}  # every entry, once
+    assert len(rows) == len(listed)
+    assert {"kind": "judge", "name": "http", "summary": "an OpenAI-compatible VLM server (vLLM): the paper's judge",
+            "needs": ["crops", "url"]} in rows  # fmt: skip
+    assert run(p.parse_args(["interface"])) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("interfaces (4):") and "[needs: generation, quotes]" in text
 
 
 class ConstantJudge:

@@ -30,8 +30,9 @@ class Encoder(Protocol):
 
 
 ENCODERS: Registry[Encoder] = Registry("encoder", base=Encoder, needs=("url", "model_path"))
-# One line per encoder: name, "module:class" (imported on first use), what it is, what its caller may give it
-# (``url``: a server's base URL and served model name; ``model_path``: a local checkpoint).
+# One line per encoder: name, "module:class" (imported on first use, then checked against ``Encoder``), what it is,
+# what its caller may give it (``url``: a server's base URL and served model name; ``model_path``: a local
+# checkpoint).
 ENCODERS.add_lazy(
     "minilm",
     "data_prep.encoders.minilm:MiniLMEncoder",

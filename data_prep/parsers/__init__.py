@@ -26,8 +26,9 @@ class Parser(Protocol):
 
 
 PARSERS: Registry[Parser] = Registry("parser", base=Parser, needs=("pdf", "output"))
-# One line per parser: name, "module:class" (imported on first use), what it is, what it needs (``pdf``: it reads the
-# PDF itself; ``output``: it can convert an existing output file of its tool, ``--parser-output``).
+# One line per parser: name, "module:class" (imported on first use, then checked against ``Parser``), what it is,
+# what it needs (``pdf``: it reads the PDF itself; ``output``: it can convert an existing output file of its tool,
+# ``--parser-output``).
 PARSERS.add_lazy(
     "pdftext",
     "data_prep.parsers.pdftext:PdfTextParser",
