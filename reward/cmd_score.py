@@ -290,9 +290,9 @@ def run_lat(args: argparse.Namespace, config, rows: list[dict], qids: list[str])
     from rich.console import Console
     from tqdm import tqdm
 
-    from reward.lat import LatScorer
+    from reward.pipeline import RewardScorer
 
-    scorer = LatScorer(config)
+    scorer = RewardScorer(config)
     order = group_order(qids)
     grouped_rows, grouped_qids = [rows[i] for i in order], [qids[i] for i in order]
     out_lines: list[str] = [""] * len(rows)
@@ -308,7 +308,7 @@ def run_lat(args: argparse.Namespace, config, rows: list[dict], qids: list[str])
                     if k.isdigit():
                         msg = f"{args.inputs}: input {order[start + int(k)] + 1}:{rest}"
                 raise InputError(msg) from None
-            for k, breakdown in enumerate(scored, start):
+            for k, (breakdown, _) in enumerate(scored, start):
                 d = breakdown.to_dict()
                 d["citations"] = lat_citations(scorer, grouped_rows[k - start])
                 out_lines[order[k]] = json.dumps(d, ensure_ascii=False)
@@ -322,7 +322,7 @@ def run_lat(args: argparse.Namespace, config, rows: list[dict], qids: list[str])
 
     Console(stderr=True).print(
         f"scored {n} responses (reward_form lat, embedder "
-        f"{getattr(scorer.embedder, 'name', None) or ', '.join(sorted(scorer._embedders)) or 'none needed'}) -> "
+        f"{', '.join(scorer.steps.embedder_names()) or 'none needed'}) -> "
         f"{args.out}: mean reward {mean('overall'):.3f} (format {mean('format'):.3f}, accuracy {mean('accuracy'):.3f}, "
         f"step {mean('step'):.3f}, ground {mean('ground'):.3f}), format ok {mean('format_ok'):.1%}, "
         f"unscorable {int(sum(d['unscorable'] for d in ds))}"

@@ -73,23 +73,20 @@ The ground truth is our packed JSON (:mod:`data_prep.groundtruth`) plus an optio
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
-import threading
-import time
 import unicodedata
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Protocol
 
 import numpy as np
 
-from data_prep.cache import CachedDoc, DocCache
+from data_prep.cache import CachedDoc
 from data_prep.geometry import iou
-from data_prep.groundtruth import GroundTruth, unpack_ground_truth
+from data_prep.groundtruth import GroundTruth
 from data_prep.io import loads_record
 from data_prep.text import normalize_for_compare
 from data_prep.types import BBox, InputError
@@ -103,10 +100,6 @@ Qwen2.5-VL wrote pixels)."""
 MIN_CROP_PT = 4.0
 """Ours, not LAT's: step boxes thinner than this (points) are widened around their centre before cropping (the
 rule of our block crops), so no crop is empty."""
-
-DEFAULT_WEIGHTS: dict[str, float] = {"format": 1.0, "accuracy": 1.0, "step": 1.0, "ground": 1.0}
-"""LAT sums its four rewards with unit weights [figure: ``R = R_step + R_acc + R_ground + R_format``; code:
-TRL's default ``reward_weights``]."""
 
 
 @dataclass(frozen=True)
@@ -591,7 +584,10 @@ def read_evidence(raw, qid: str) -> list[tuple[int, BBox]]:
 
 
 @dataclass
-class _Item:
+class StepItem:
+    """One response under a ``steps`` reward form, as the pipeline's scorer carries it through a batch: ``gt`` and
+    ``cached`` (set by the pipeline) plus what LAT's terms read and compute."""
+
     gt: GroundTruth
     evidence: list
     parsed: CoEResponse
@@ -600,29 +596,33 @@ class _Item:
     answer_regions: list = field(default_factory=list)
     sims: np.ndarray | None = None
     acc: float = 0.0
-    failed: bool = False
+    failed: str | None = None
+    """``embed`` when the step embedder failed for this response (it is unscorable), else None."""
 
 
-class LatScorer:
-    """Holds the loaded caches and the step embedder between batches. ``embedder``: inject one (any
-    :class:`StepEmbedder`); default: :func:`make_step_embedder` of the encoder the cache was built with (or the
-    ``encoder`` setting), served at ``embed_url`` when set."""
+class StepTerms:
+    """LAT's part of the reward for :class:`reward.pipeline.RewardScorer` (the reward form needs ``steps``): the
+    response format, the step parsing, the step embedders and the four terms. The scorer does the rest (input
+    checks, documents, the page window, the group mean of an unscorable response, counters).
 
-    def __init__(self, config, embedder: StepEmbedder | None = None) -> None:
-        from reward.scoring import get_reward_form
+    ``embedder``: inject one (any :class:`StepEmbedder`); default: :func:`make_step_embedder` of the encoder the
+    cache was built with (or the ``encoder`` setting), served at ``embed_url`` when set, one per encoder."""
 
+    def __init__(self, config, weights: Mapping[str, float], embedder: StepEmbedder | None = None) -> None:
         self.config = config
-        self.cache_dir = config.cache_path()
         self.settings = LatSettings.from_dict(getattr(config, "lat", None))
-        self.weights = get_reward_form("lat").weights(config.weights)
+        self.weights = dict(weights)
         self.embedder = embedder
         self._embedders: dict[str, StepEmbedder] = {}
-        self.docs = DocCache(self.cache_dir, max_loaded=self.config.doc_cache_size)
-        self._lock = threading.Lock()
-        self.last_stats: Counter = Counter()
 
-    def doc(self, key: str) -> CachedDoc:
-        return self.docs.get(key)
+    def item(self, gt: GroundTruth, raw_gt, response) -> StepItem:
+        """Read one reward input: the ground truth's optional ``evidence`` (:class:`InputError` when malformed) and
+        the Chain-of-Evidence response."""
+        d = raw_gt if isinstance(raw_gt, dict) else loads_record(raw_gt, "ground truth")
+        return StepItem(gt, read_evidence(d.get("evidence"), gt.qid), parse_coe(response))
+
+    def format_ok(self, it: StepItem) -> bool:
+        return it.parsed.format_ok
 
     def embedder_for(self, cached: CachedDoc) -> StepEmbedder:
         if self.embedder is not None:
@@ -641,54 +641,24 @@ class LatScorer:
             self._embedders[key] = make_step_embedder(enc, self.settings.crop_dpi)
         return self._embedders[key]
 
-    def score(self, reward_inputs: list[dict]) -> list[LatBreakdown]:
-        with self._lock:
-            return self._score(reward_inputs)
+    def embedder_names(self) -> list[str]:
+        """The step embedders in use (the injected one, else those made so far)."""
+        return [self.embedder.name] if self.embedder is not None else sorted(self._embedders)
 
-    def _score(self, reward_inputs: list[dict]) -> list[LatBreakdown]:
-        items: list[_Item] = []
-        for i, inp in enumerate(reward_inputs):
-            if not isinstance(inp, dict) or "response" not in inp or "ground_truth" not in inp:
-                raise InputError(f"reward input {i}: expected a dict with 'response' and 'ground_truth'")
-            raw = inp["ground_truth"]
-            try:
-                gt = unpack_ground_truth(raw)
-                d = raw if isinstance(raw, dict) else json.loads(raw)
-                evidence = read_evidence(d.get("evidence"), gt.qid)
-            except InputError as e:
-                raise InputError(f"reward input {i}: {e}") from None
-            items.append(_Item(gt, evidence, parse_coe(inp["response"])))
-        t0 = time.perf_counter()
-        for i, it in enumerate(items):
-            it.cached = self.doc(it.gt.doc_key)
-            if it.gt.pages is not None and it.gt.pages[1] > it.cached.n_pages:
-                raise InputError(
-                    f"reward input {i}: page window {it.gt.pages} of {it.gt.qid!r} exceeds document "
-                    f"{it.gt.doc_key} ({it.cached.n_pages} pages)"
-                )
-            it.step_regions = [locate(b, it.gt.pages, it.cached) for b in it.parsed.steps]
-            it.step_regions = [r if r is None or r.text else None for r in it.step_regions]
+    def place(self, items: Sequence[StepItem]) -> None:
+        """Each box of each response on its page of the document (None where it cannot be placed, or where a step
+        has no text)."""
+        for it in items:
+            steps = [locate(b, it.gt.pages, it.cached) for b in it.parsed.steps]
+            it.step_regions = [r if r is None or r.text else None for r in steps]
             it.answer_regions = [locate(b, it.gt.pages, it.cached) for b in it.parsed.answer_boxes]
-        self._embed(items)
-        embed_s = time.perf_counter() - t0
-        out = self._rewards(items, embed_s)
-        counters = {
-            "responses": len(out),
-            "format_ok": sum(int(b.format_ok) for b in out),
-            "unscorable": sum(int(b.unscorable) for b in out),
-            "step_paid": sum(int(b.step > 0) for b in out),
-            "ground_paid": sum(int(b.ground > 0) for b in out),
-            "seconds_embed": round(embed_s, 3),
-        }
-        _append_counters(counters)
-        log.info("LAT reward batch: %s", counters)
-        return out
 
-    def _embed(self, items: list[_Item]) -> None:
+    def embed(self, items: Sequence[StepItem], await_outage=lambda error: False) -> None:
         """Similarities of every placed step (up to ``max_steps``): one PDF open and one embedder call per document
         (its responses' steps together, as the quote reward batches its quotes); when that call fails, each
-        response's steps alone, so only the responses whose steps cannot be embedded are unscorable."""
-        by_doc: dict[str, list[_Item]] = defaultdict(list)
+        response's steps alone, so only the responses whose steps cannot be embedded are unscorable.
+        ``await_outage(error)``: the scorer's outage wait (True: the server is back, call again)."""
+        by_doc: dict[str, list[StepItem]] = defaultdict(list)
         for it in items:
             it.acc = accuracy(it.parsed.answer, it.gt.answer)
             n = len(it.step_regions)
@@ -698,111 +668,81 @@ class LatScorer:
                 by_doc[it.cached.key].append(it)
         for its in by_doc.values():
             cached = its[0].cached
-            try:
-                embedder = self.embedder_for(cached)
-            except InputError:
-                raise
-            except Exception as e:  # an embedding server that cannot be reached: unscorable, never a crash
-                log.warning("LAT step embedder for %s unavailable: %s", cached.key, e)
+            embedder = None
+            while embedder is None:
+                try:
+                    embedder = self.embedder_for(cached)
+                except InputError:
+                    raise
+                except Exception as e:  # an embedding server that cannot be reached: unscorable, never a crash
+                    if await_outage(e):
+                        continue
+                    log.warning("LAT step embedder for %s unavailable: %s", cached.key, e)
+                    break
+            if embedder is None:
                 for it in its:
-                    it.failed = True
+                    it.failed = "embed"
                 continue
             idx = [
                 [k for k, r in enumerate(it.step_regions[: self.settings.max_steps]) if r is not None] for it in its
             ]
+            flat = [it.step_regions[k] for it, ks in zip(its, idx, strict=True) for k in ks]
             with cached.open_pdf() as doc:
-                try:
-                    flat = [it.step_regions[k] for it, ks in zip(its, idx, strict=True) for k in ks]
-                    sims = np.asarray(embedder.similarities(cached, flat, doc), np.float32)
-                    parts = np.split(sims, np.cumsum([len(ks) for ks in idx])[:-1])
-                except InputError:
-                    raise
-                except Exception as e:
-                    log.warning("LAT step similarities of %s failed (%s); embedding per response", cached.key, e)
-                    parts = [self._one(embedder, cached, doc, it, ks) for it, ks in zip(its, idx, strict=True)]
+                parts = None
+                while parts is None:
+                    try:
+                        sims = np.asarray(embedder.similarities(cached, flat, doc), np.float32)
+                        parts = np.split(sims, np.cumsum([len(ks) for ks in idx])[:-1])
+                    except InputError:
+                        raise
+                    except Exception as e:
+                        if await_outage(e):
+                            continue
+                        log.warning("LAT step similarities of %s failed (%s); embedding per response", cached.key, e)
+                        parts = [self._one(embedder, cached, doc, it, ks) for it, ks in zip(its, idx, strict=True)]
             for it, ks, part in zip(its, idx, parts, strict=True):
                 if part is not None:
                     it.sims[ks] = part
 
     @staticmethod
-    def _one(embedder, cached, doc, it: _Item, ks: list[int]) -> np.ndarray | None:
+    def _one(embedder, cached, doc, it: StepItem, ks: list[int]) -> np.ndarray | None:
         try:
             return np.asarray(embedder.similarities(cached, [it.step_regions[k] for k in ks], doc), np.float32)
         except InputError:
             raise
         except Exception as e:
             log.warning("LAT step similarities of %s failed: %s", it.gt.qid, e)
-            it.failed = True
+            it.failed = "embed"
             return None
 
-    def _rewards(self, items: list[_Item], embed_s: float) -> list[LatBreakdown]:
+    def breakdown(self, it: StepItem, embed_s: float) -> LatBreakdown:
+        """The four terms of one response and their weighted sum."""
         s, w = self.settings, self.weights
-        out: list[LatBreakdown | None] = []
-        for it in items:
-            fmt, acc = format_reward(it.parsed), it.acc
-            step = step_reward(list(it.sims), it.step_regions, acc, s)
-            ground = ground_reward(it.parsed, it.answer_regions, it.step_regions, it.evidence, s)
-            overall = w["format"] * fmt + w["accuracy"] * acc + w["step"] * step.reward + w["ground"] * ground
-            out.append(
-                LatBreakdown(
-                    overall=overall,
-                    format=fmt,
-                    accuracy=acc,
-                    step=step.reward,
-                    ground=ground,
-                    format_ok=1.0 if it.parsed.format_ok else 0.0,
-                    n_steps=float(len(it.step_regions)),
-                    n_placed_steps=float(sum(r is not None for r in it.step_regions)),
-                    min_similarity=step.min_similarity,
-                    max_step_iou=step.max_iou,
-                    ground_known=1.0 if it.evidence else 0.0,
-                    unscorable=0.0,
-                    embed_s=embed_s,
-                )
-            )
-        # An item whose embedding failed gets its group's mean overall reward over the items that did not fail.
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, it in enumerate(items):
-            groups[it.gt.qid].append(i)
-        self.last_stats = Counter(responses=len(items), unscorable=sum(it.failed for it in items))
-        for members in groups.values():
-            known = [out[i].overall for i in members if not items[i].failed]
-            mean = float(np.mean(known)) if known else 0.0
-            for i in members:
-                if items[i].failed:
-                    d = asdict(out[i])
-                    d.update(overall=mean, step=0.0, unscorable=1.0)
-                    out[i] = LatBreakdown(**d)
-        return out
+        fmt, acc = format_reward(it.parsed), it.acc
+        step = step_reward(list(it.sims), it.step_regions, acc, s)
+        ground = ground_reward(it.parsed, it.answer_regions, it.step_regions, it.evidence, s)
+        return LatBreakdown(
+            overall=w["format"] * fmt + w["accuracy"] * acc + w["step"] * step.reward + w["ground"] * ground,
+            format=fmt,
+            accuracy=acc,
+            step=step.reward,
+            ground=ground,
+            format_ok=1.0 if it.parsed.format_ok else 0.0,
+            n_steps=float(len(it.step_regions)),
+            n_placed_steps=float(sum(r is not None for r in it.step_regions)),
+            min_similarity=step.min_similarity,
+            max_step_iou=step.max_iou,
+            ground_known=1.0 if it.evidence else 0.0,
+            unscorable=0.0,
+            embed_s=embed_s,
+        )
 
+    @staticmethod
+    def unscorable(b: LatBreakdown, overall: float) -> LatBreakdown:
+        """An unscorable response's breakdown: the group's mean reward, no step term."""
+        return replace(b, overall=overall, step=0.0, unscorable=1.0)
 
-def _append_counters(counters: dict) -> None:
-    """One JSON line per batch in ``$QUOTECITE_METRICS_DIR/reward_counters.jsonl``, as the quote reward writes, so a
-    launch's job segment sums them; never raises."""
-    from reward.pipeline import append_metrics_line
-
-    append_metrics_line("reward_counters.jsonl", {"time": round(time.time(), 3), "reward_form": "lat", **counters})
-
-
-_SCORERS: OrderedDict[str, LatScorer] = OrderedDict()
-_SCORERS_LOCK = threading.Lock()
-
-
-def get_lat_scorer(config, embedder: StepEmbedder | None = None) -> LatScorer:
-    """The scorer for ``config`` (created once, reused: caches and encoder stay loaded); an injected
-    ``embedder`` gives a fresh scorer."""
-    if embedder is not None:
-        return LatScorer(config, embedder)
-    key = json.dumps(config.to_dict(), sort_keys=True, default=str)
-    with _SCORERS_LOCK:
-        scorer = _SCORERS.get(key)
-        if scorer is None:
-            scorer = _SCORERS[key] = LatScorer(config)
-            while len(_SCORERS) > 4:
-                _SCORERS.popitem(last=False)
-        return scorer
-
-
-def score_batch(reward_inputs: list[dict], config, embedder: StepEmbedder | None = None) -> list[LatBreakdown]:
-    """Score EasyR1 reward inputs under ``reward_form: lat``; one :class:`LatBreakdown` per input, in order."""
-    return get_lat_scorer(config, embedder).score(reward_inputs)
+    @staticmethod
+    def counts(rows: Sequence[LatBreakdown]) -> dict[str, int]:
+        """The batch's counters of LAT's terms (beside the scorer's own)."""
+        return {"step_paid": sum(int(b.step > 0) for b in rows), "ground_paid": sum(int(b.ground > 0) for b in rows)}

@@ -11,19 +11,26 @@ Per batch (one GRPO step's rollout_batch x n responses):
 5. judge every parseable response in one concurrent batch (:mod:`reward.judge`);
 6. turn scores into rewards (:mod:`reward.scoring`).
 
+That is a reward form that ``needs`` the ``judge`` (:data:`reward.scoring.REWARD_FORMS`). A form that needs
+``steps`` (``lat``) is scored from the response itself by the same scorer: steps 1 and 2 and the failure policy below
+are the same; in place of 3-6 its :class:`reward.lat.StepTerms` parses the Chain-of-Evidence response, places each
+box on its page, embeds the steps (its step embedders) and computes its terms; no judge is built. The scorer asks
+the registry what the form needs; it never compares a form's name.
+
 Failure policy. Misconfiguration (missing cache dir, unknown setting, unknown judge/resolver/form, a ground truth
 that does not unpack, a document missing from the cache, a judge that rejects every request of its first scored
 batch as malformed: HTTP 4xx other than 408/429, a non-chat reply) raises :class:`~data_prep.types.InputError` on
 the first call that meets it. A bad response or an outage never raises: an unparseable response earns 0 (``format_ok = 0``, no judge
 call); a response whose quote embedding, resolution or judge call failed is *unscorable* and gets the mean reward
 (and mean judge scores) of the responses of its ``qid`` in the batch whose reward is known, i.e. judged ones and
-unparseable ones (whose 0 is their real reward). Its reward then equals the group mean: zero advantage, and the
-group's baseline is what it would be without it. A group with no known reward gets 0 for all and is counted.
+unparseable ones (whose 0 is their real reward). Under a ``steps`` form a response whose steps could not be embedded
+is unscorable the same way (its own terms kept, ``step`` 0). Its reward then equals the group mean: zero advantage,
+and the group's baseline is what it would be without it. A group with no known reward gets 0 for all and is counted.
 
 Outages are waited out, never scored (``judge_outage_s``, default 600 s): when the judge is in an outage (every
 request of the batch failing with timeouts, refused connections, 5xx or 429, or some failing so while its
-``/health`` does not answer; :mod:`reward.judge`) or the HTTP quote embedder's call fails while its ``/health`` does
-not answer, the call pauses, probes ``/health`` with backoff and then scores for real. Past the budget it raises
+``/health`` does not answer; :mod:`reward.judge`) or the HTTP quote (or step) embedder's call fails while its
+``/health`` does not answer, the call pauses, probes ``/health`` with backoff and then scores for real. Past the budget it raises
 :class:`reward.servers.ServerOutageError` (one line: server, URL, seconds waited) and, under the launch, first writes
 ``$QUOTECITE_METRICS_DIR/server_outage.json``, which is how ``launch/grpo_8b.sh`` knows to restart the servers and
 resume. A single bad call (the server up and answering the others) stays unscorable as above.
@@ -72,6 +79,7 @@ from reward.judge import (
     build_judge,
     crop_pngs,
 )
+from reward.lat import LatBreakdown, StepEmbedder, StepItem, StepTerms
 from reward.resolve import (
     Citation,
     make_quote_encoder,
@@ -81,7 +89,7 @@ from reward.resolve import (
     resolver_uses_encoder,
 )
 from reward.response import ParsedResponse, parse_response
-from reward.scoring import KEEP_DROP, CitedEvidence, RewardBreakdown, get_reward_form
+from reward.scoring import KEEP_DROP, REWARD_FORMS, CitedEvidence, RewardBreakdown, get_reward_form
 from reward.servers import ServerOutageError, health_url, probe_health, wait_for_health
 
 log = logging.getLogger("reward")
@@ -114,6 +122,9 @@ class BatchStats:
     judge_no_crop_relevance: int = 0
     """Judged responses with crops whose judge reply had no valid per-crop list (``precision`` form only)."""
     judge: JudgeStats = field(default_factory=JudgeStats)
+    terms: Counter = field(default_factory=Counter)
+    """Counts of the reward form's own terms (a ``steps`` form: ``step_paid``, ``ground_paid``; see
+    :meth:`reward.lat.StepTerms.counts`)."""
     seconds: Counter = field(default_factory=Counter)
     """Wall seconds per phase: parse, load, embed, resolve, crop, judge, total."""
 
@@ -126,6 +137,7 @@ class BatchStats:
         self.reject_reasons.update(other.reject_reasons)
         self.unscorable_reasons.update(other.unscorable_reasons)
         self.judge.add(other.judge)
+        self.terms.update(other.terms)
         self.seconds.update(other.seconds)
 
     def counters(self) -> dict[str, float]:
@@ -158,6 +170,7 @@ class BatchStats:
             "quotes_over_bound": self.quotes_over_bound,
             "judge_no_crop_relevance": self.judge_no_crop_relevance,
             "judge": self.judge.to_dict(),
+            **dict(self.terms),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
 
@@ -327,29 +340,43 @@ class _Item:
 
 
 class RewardScorer:
-    """Holds what outlives a batch: the loaded caches, the encoders and the judge client."""
+    """Holds what outlives a batch: the loaded caches, the encoders and the judge client, or, for a reward form that
+    needs ``steps`` (scored from the response itself, ``lat``), its :class:`reward.lat.StepTerms` (``step_embedder``:
+    inject a :class:`reward.lat.StepEmbedder`; default: the one of each cache's encoder)."""
 
-    def __init__(self, config: RewardConfig) -> None:
+    def __init__(self, config: RewardConfig, step_embedder: StepEmbedder | None = None) -> None:
         self.config = config
         self.cache_dir = config.cache_path()
         self.form = get_reward_form(config.reward_form)
         self.weights = self.form.weights(config.weights)
-        self.judge = build_judge(config.judge, config.judge_url, config.judge_model, config.judge_settings())
-        self.needs_crops = bool(getattr(self.judge, "needs_crops", True))
+        judged = REWARD_FORMS.needs(self.form.name, "judge")
+        self.steps = (
+            StepTerms(config, self.weights, step_embedder) if REWARD_FORMS.needs(self.form.name, "steps") else None
+        )
+        """LAT's terms when the form is scored from the response's steps, else None."""
+        self.judge = (
+            build_judge(config.judge, config.judge_url, config.judge_model, config.judge_settings())
+            if judged
+            else None
+        )
+        self.needs_crops = judged and bool(getattr(self.judge, "needs_crops", True))
         self.docs = DocCache(self.cache_dir, max_loaded=config.doc_cache_size)
         self._encoders: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
         self._judge_answered = False  # set once the judge has produced one score: later failures are outages
         self.tracker = (
-            TrainBatchTracker(config.batch_groups, config.keep_band) if config.batch_groups is not None else None
+            TrainBatchTracker(config.batch_groups, config.keep_band)
+            if config.batch_groups is not None and judged
+            else None
         )
-        """Training-batch records (None without ``batch_groups``)."""
+        """Training-batch records (None without ``batch_groups``, and for a form without a judge: the records read
+        :class:`~reward.scoring.RewardBreakdown`'s ``keep`` and parts)."""
         self.last_batch: dict | None = None
         """The training-batch record completed by the last call, if any."""
         # --- samples (issue 23) ---
         from reward.samples import make_sampler
 
-        self.sampler = make_sampler(config)
+        self.sampler = make_sampler(config) if judged else None
         # --- end samples ---
         self._outage_started: float | None = None
         self.last = BatchStats()
@@ -393,33 +420,15 @@ class RewardScorer:
                 _report_outage(e)
                 raise
 
-    def _score(self, reward_inputs: list[dict]) -> list[tuple[RewardBreakdown, list[Citation]]]:
-        cfg = self.config
+    def _score(self, reward_inputs: list[dict]) -> list[tuple[RewardBreakdown | LatBreakdown, list[Citation]]]:
         stats = BatchStats(responses=len(reward_inputs))
         t_all = t0 = time.perf_counter()
-
-        items: list[_Item] = []
-        for i, inp in enumerate(reward_inputs):
-            if not isinstance(inp, dict) or "response" not in inp or "ground_truth" not in inp:
-                raise InputError(f"reward input {i}: expected a dict with 'response' and 'ground_truth'")
-            try:
-                gt = unpack_ground_truth(inp["ground_truth"])
-            except InputError as e:
-                raise InputError(f"reward input {i}: {e}") from None
-            parsed = parse_response(inp["response"], cfg.max_quotes, cfg.dedupe_quotes)
-            if parsed.dropped:
-                stats.responses_over_bound += 1
-                stats.quotes_over_bound += parsed.dropped
-            items.append(_Item(gt, parsed))
-            if parsed.ok:
-                stats.format_ok += 1
-            else:
-                stats.reject_reasons[parsed.reason] += 1
+        items = [self._read(i, inp, stats) for i, inp in enumerate(reward_inputs)]
         stats.seconds["parse"] += time.perf_counter() - t0
         if stats.responses_over_bound:
             log.warning(
                 "%d response(s) had more than max_quotes=%d quotes: %d quote(s) left out (raise max_quotes to keep "
-                "them)", stats.responses_over_bound, cfg.max_quotes, stats.quotes_over_bound,
+                "them)", stats.responses_over_bound, self.config.max_quotes, stats.quotes_over_bound,
             )  # fmt: skip
 
         t0 = time.perf_counter()
@@ -432,6 +441,65 @@ class RewardScorer:
                 )
         stats.seconds["load"] += time.perf_counter() - t0
 
+        out = self._score_steps(items, stats) if self.steps is not None else self._score_judged(items, stats)
+        stats.seconds["total"] += time.perf_counter() - t_all
+        self.last = stats
+        self.total.add(stats)
+        _append_counters(stats)
+        log.info(
+            "reward batch (%s): %d responses, format %d, unscorable %d, judge %s, %.2fs",
+            self.form.name,
+            stats.responses,
+            stats.format_ok,
+            stats.unscorable,
+            stats.judge.to_dict(),
+            stats.seconds["total"],
+        )
+        return out
+
+    def _read(self, i: int, inp, stats: BatchStats) -> _Item | StepItem:
+        """Reward input ``i``: its ground truth unpacked and its response parsed in the form's response format."""
+        if not isinstance(inp, dict) or "response" not in inp or "ground_truth" not in inp:
+            raise InputError(f"reward input {i}: expected a dict with 'response' and 'ground_truth'")
+        try:
+            gt = unpack_ground_truth(inp["ground_truth"])
+            if self.steps is not None:
+                it = self.steps.item(gt, inp["ground_truth"], inp["response"])
+                stats.format_ok += self.steps.format_ok(it)
+                return it
+        except InputError as e:
+            raise InputError(f"reward input {i}: {e}") from None
+        parsed = parse_response(inp["response"], self.config.max_quotes, self.config.dedupe_quotes)
+        if parsed.dropped:
+            stats.responses_over_bound += 1
+            stats.quotes_over_bound += parsed.dropped
+        if parsed.ok:
+            stats.format_ok += 1
+        else:
+            stats.reject_reasons[parsed.reason] += 1
+        return _Item(gt, parsed)
+
+    def _score_steps(self, items: list[StepItem], stats: BatchStats) -> list[tuple[LatBreakdown, list[Citation]]]:
+        """A form scored from the response's own steps (:class:`reward.lat.StepTerms`): place the boxes, embed the
+        steps, the terms; an unscorable response (its steps could not be embedded) gets its group's mean."""
+        t0 = time.perf_counter()
+        self.steps.place(items)
+        self.steps.embed(items, await_outage=lambda e: self._await_embedder(e, stats))
+        embed_s = time.perf_counter() - t0
+        stats.seconds["embed"] += embed_s
+        rows = [self.steps.breakdown(it, embed_s) for it in items]
+        known = {i: (b.overall,) for i, (b, it) in enumerate(zip(rows, items, strict=True)) if not it.failed}
+        fill, _, _ = self._group_means(items, known, 1, stats)
+        for i, (mean,) in fill.items():
+            rows[i] = self.steps.unscorable(rows[i], mean)
+            stats.unscorable += 1
+            stats.unscorable_reasons[items[i].failed or "embed"] += 1
+        stats.terms.update(self.steps.counts(rows))
+        return [(b, []) for b in rows]
+
+    def _score_judged(self, items: list[_Item], stats: BatchStats) -> list[tuple[RewardBreakdown, list[Citation]]]:
+        """A formula over the judge's scores: resolve the quotes, crop the cited blocks, judge."""
+        cfg = self.config
         live = [it for it in items if it.parsed.ok]
         encoders = self._embed_quotes(live, stats) if resolver_uses_encoder(cfg.resolver) else {}
         uses_context = resolver_uses_context(cfg.resolver)
@@ -504,18 +572,6 @@ class RewardScorer:
         self.last_batch = self.tracker.add_call(groups, [b for b, _ in out], stats) if self.tracker else None
         if self.sampler is not None:  # --- samples (issue 23) ---
             self.sampler.add_call(items, out, self.last_batch, tracked=self.tracker is not None)
-        stats.seconds["total"] += time.perf_counter() - t_all
-        self.last = stats
-        self.total.add(stats)
-        _append_counters(stats)
-        log.info(
-            "reward batch: %d responses, format %d, unscorable %d, judge %s, %.2fs",
-            stats.responses,
-            stats.format_ok,
-            stats.unscorable,
-            stats.judge.to_dict(),
-            stats.seconds["total"],
-        )
         return out
 
     def _check_judge_setup(self, js: JudgeStats) -> None:
@@ -632,24 +688,21 @@ class RewardScorer:
             stats.judge_no_crop_relevance += 1
         return CitedEvidence(len(it.citations), repeats, None if flags is None else sum(flags))
 
-    def _rewards(self, items: list[_Item], judge_s: float, stats: BatchStats):
-        known: dict[int, BBox] = {}  # index -> (overall, a, r, c)
-        for i, it in enumerate(items):
-            if not it.parsed.ok:
-                known[i] = (0.0, 0.0, 0.0, 0.0)
-            elif it.scores is not None:
-                s = it.scores
-                overall = self.form(s, self.weights, self._evidence(it, stats) if self.form.uses_evidence else None)
-                known[i] = (overall, float(s.answer), float(s.relevance), float(s.coverage))
+    @staticmethod
+    def _group_means(items, known: dict[int, tuple[float, ...]], width: int, stats: BatchStats):
+        """The failure policy's group rule. ``known``: index -> the ``width`` values of a response whose reward is
+        known (``overall`` first). Returns ``(fill, keep, groups)``: for each response whose reward is not known, the
+        means of its ``qid`` group's known values (zeros when none is known); each response's ``keep`` (the group's
+        mean reward, :data:`KEEP_DROP` when its known rewards are all equal or none is known); qid -> members."""
         groups: dict[str, list[int]] = defaultdict(list)
         for i, it in enumerate(items):
             groups[it.gt.qid].append(i)
         stats.groups = len(groups)
-        fill: dict[int, BBox] = {}
+        fill: dict[int, tuple[float, ...]] = {}
         keep: dict[int, float] = {}
         for members in groups.values():
             vals = [known[i] for i in members if i in known]
-            mean = tuple(float(np.mean([v[k] for v in vals])) for k in range(4)) if vals else (0.0,) * 4
+            mean = tuple(float(np.mean([v[k] for v in vals])) for k in range(width)) if vals else (0.0,) * width
             rewards = [v[0] for v in vals]
             if not vals:
                 stats.groups_all_unscorable += 1
@@ -663,6 +716,18 @@ class RewardScorer:
                 keep[i] = group_keep
                 if i not in known:
                     fill[i] = mean
+        return fill, keep, dict(groups)
+
+    def _rewards(self, items: list[_Item], judge_s: float, stats: BatchStats):
+        known: dict[int, BBox] = {}  # index -> (overall, a, r, c)
+        for i, it in enumerate(items):
+            if not it.parsed.ok:
+                known[i] = (0.0, 0.0, 0.0, 0.0)
+            elif it.scores is not None:
+                s = it.scores
+                overall = self.form(s, self.weights, self._evidence(it, stats) if self.form.uses_evidence else None)
+                known[i] = (overall, float(s.answer), float(s.relevance), float(s.coverage))
+        fill, keep, groups = self._group_means(items, known, 4, stats)
         out = []
         for i, it in enumerate(items):
             unscorable = i in fill
@@ -689,7 +754,7 @@ class RewardScorer:
                     list(it.citations),
                 )
             )
-        return out, dict(groups)
+        return out, groups
 
 
 def _context(it: _Item) -> str:

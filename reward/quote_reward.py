@@ -26,18 +26,15 @@ except ImportError:  # loaded by file path from a checkout that is not pip-insta
 
 from reward.config import RewardConfig
 from reward.pipeline import score_batch
-from reward.scoring import is_judged
 
 REWARD_NAME = "quote_reward"
 REWARD_TYPE = "batch"
 
 
 def compute_score(reward_inputs: list[dict], **kwargs) -> list[dict]:
-    """One dict of numbers per input: overall, answer, relevance, coverage, format_ok, n_quotes, n_citations,
-    mean_similarity, unscorable, judge_s. Raises only for misconfiguration (see :mod:`reward.pipeline`)."""
+    """One dict of numbers per input, the reward form's breakdown: for a judged form overall, answer, relevance,
+    coverage, format_ok, n_quotes, n_citations, mean_similarity, unscorable, judge_s, keep
+    (:class:`reward.scoring.RewardBreakdown`); for ``lat`` :class:`reward.lat.LatBreakdown`. Raises only for
+    misconfiguration (see :mod:`reward.pipeline`)."""
     config = RewardConfig.from_kwargs(**kwargs)
-    if not is_judged(config.reward_form):  # LAT's rule-based Chain-of-Evidence reward (reward/lat.py): no judge
-        from reward.lat import score_batch as lat_score_batch
-
-        return [breakdown.to_dict() for breakdown in lat_score_batch(reward_inputs, config)]
     return [breakdown.to_dict() for breakdown, _ in score_batch(reward_inputs, config)]

@@ -152,7 +152,8 @@ def test_lat_step_reward_with_colqwen2_is_lats_late_interaction(enc, cache):
     """``reward_form: lat`` with the ColQwen2 encoder: the step similarities are the crops' late-interaction
     scores against the step texts (tau -1: any score passes)."""
     from reward.config import RewardConfig
-    from reward.lat import LateInteractionStepEmbedder, locate, make_step_embedder, parse_coe, score_batch
+    from reward.lat import LateInteractionStepEmbedder, locate, make_step_embedder, parse_coe
+    from reward.pipeline import RewardScorer
     from tests.reward.test_lat_reward import CAPTION, ROW, block, gt, response
 
     embedder = make_step_embedder(enc, dpi=72)
@@ -160,7 +161,9 @@ def test_lat_step_reward_with_colqwen2_is_lats_late_interaction(enc, cache):
     cap, table = block(cache, CAPTION), block(cache, "Shenzhen | 150")
     r = response(cache, [(CAPTION, cap), (ROW, table)], answer_block=table)
     cfg = RewardConfig(cache_dir=str(cache.path.parent), reward_form="lat", judge="lexical", lat={"tau": -1.0})
-    (d,) = score_batch([{"response": r, "response_length": 1, "ground_truth": gt(cache)}], cfg, embedder=embedder)
+    ((d, _),) = RewardScorer(cfg, step_embedder=embedder).score(
+        [{"response": r, "response_length": 1, "ground_truth": gt(cache)}]
+    )
     regions = [locate(s, None, cache) for s in parse_coe(r).steps]
     with cache.open_pdf() as doc:
         crops = [doc.crop(x.page, x.bbox, dpi=72) for x in regions]

@@ -95,10 +95,10 @@ def _score(plugin, cache, inputs, embedder=None, **kw) -> list[dict]:
         out = plugin.compute_score(inputs, cache_dir=str(cache.path.parent), reward_form="lat", **kw)
     else:
         from reward.config import RewardConfig
-        from reward.lat import score_batch
+        from reward.pipeline import RewardScorer
 
         cfg = RewardConfig(cache_dir=str(cache.path.parent), reward_form="lat", judge="lexical", **kw)
-        out = [b.to_dict() for b in score_batch(inputs, cfg, embedder=embedder)]
+        out = [b.to_dict() for b, _ in RewardScorer(cfg, step_embedder=embedder).score(inputs)]
     return [{k: v for k, v in d.items() if k != "embed_s"} for d in out]
 
 

@@ -1,5 +1,6 @@
 """``reward_form: lat`` (reward/lat.py): each of LAT's terms against hand-computed cases, then the whole reward
-through the EasyR1 plugin path (reward/quote_reward.py loaded by file path) on the project's sample PDF."""
+through the EasyR1 plugin path (reward/quote_reward.py loaded by file path) on the project's sample PDF, scored by
+the pipeline's one scorer (reward/pipeline.py)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from reward.lat import (
     format_reward,
     ground_reward,
     parse_coe,
-    score_batch,
     step_reward,
 )
+from reward.pipeline import RewardScorer
 
 S = LatSettings()
 
@@ -153,7 +154,9 @@ def test_the_worked_example_of_the_papers_framework_figure_scores_four():
     """The "Rule-based Reward Design" panel of LAT's framework figure: a three-step chain on image 1, the answer
     "24,000" for the gold "24000" with the box of step 1, step similarities 0.46 ... 0.52; the figure pays
     R_acc = R_step = R_ground = R_format = 1 and sums them, R = 4."""
-    from reward.lat import DEFAULT_WEIGHTS
+    from reward.scoring import get_reward_form
+
+    weights = get_reward_form("lat").weights(None)
 
     boxes = [(46, 38, 546, 308), (46, 321, 546, 340), (163, 215, 239, 254)]
     texts = ["Figure 4 in image 1 seems relevant.", "The caption mentions group B Streptococcal disease.",
@@ -172,7 +175,7 @@ def test_the_worked_example_of_the_papers_framework_figure_scores_four():
         "ground": ground_reward(parsed, [steps[0]], steps, [(1, steps[0].bbox)], S),
     }
     assert [s.text for s in parsed.steps] == texts and terms == dict.fromkeys(terms, 1.0)
-    assert sum(DEFAULT_WEIGHTS[k] * v for k, v in terms.items()) == 4.0
+    assert sum(weights[k] * v for k, v in terms.items()) == 4.0
 
 
 # --------------------------------------------------------------------------------------------- plugin path
@@ -304,6 +307,11 @@ def test_page_window_maps_image_index_to_pages(plugin, cache):
     assert (bad["n_placed_steps"], bad["step"], bad["ground"]) == (0.0, 0.0, 0.0)
 
 
+def _lat(inputs, cfg, embedder):
+    """The LAT breakdowns of ``inputs`` from the pipeline's scorer with an injected step embedder."""
+    return [b for b, _ in RewardScorer(cfg, step_embedder=embedder).score(inputs)]
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -320,7 +328,7 @@ def test_unreachable_image_embedder_makes_the_response_unscorable(cache):
     wrong = response(cache, [(CAPTION, cap), (ROW, table)], answer="Beijing", answer_block=table)
     inputs = [{"response": r, "response_length": 1, "ground_truth": gt(cache)} for r in (good, wrong)]
     cfg = RewardConfig(cache_dir=str(cache.path.parent), reward_form="lat", judge="lexical")
-    a, b = score_batch(inputs, cfg, embedder=ImageStepEmbedder(enc))
+    a, b = _lat(inputs, cfg, ImageStepEmbedder(enc))
     # the wrong answer never needed the embedder (gated): its reward is known, 2.0; the good one gets the mean
     assert (b.unscorable, b.overall) == (0.0, 2.0)
     assert (a.unscorable, a.overall) == (1.0, 2.0)
@@ -349,10 +357,10 @@ def test_one_embedder_call_per_document_and_a_failure_stays_with_its_response(ca
     inputs = [{"response": r, "response_length": 1, "ground_truth": gt(cache)} for r in (good, odd, good)]
     cfg = RewardConfig(cache_dir=str(cache.path.parent), reward_form="lat", judge="lexical")
     clean = Recording()
-    assert [d.overall for d in score_batch(inputs, cfg, embedder=clean)] == [4.0, 4.0, 4.0]
+    assert [d.overall for d in _lat(inputs, cfg, clean)] == [4.0, 4.0, 4.0]
     assert clean.calls == [6]
     poisoned = Recording(poison="Yields by site.")
-    out = score_batch(inputs, cfg, embedder=poisoned)
+    out = _lat(inputs, cfg, poisoned)
     assert poisoned.calls == [6, 2, 2, 2]
     assert [(d.unscorable, d.overall) for d in out] == [(0.0, 4.0), (1.0, 4.0), (0.0, 4.0)]
 
@@ -371,7 +379,7 @@ def test_image_attribution_with_a_tiny_qwen3vl(cache, tmp_path_factory):
     r = response(cache, [(CAPTION, cap), (ROW, table)], answer_block=table)
     cfg = RewardConfig(cache_dir=str(cache.path.parent), reward_form="lat", judge="lexical", lat={"tau": -1.0})
     embedder = ImageStepEmbedder(enc, dpi=72)
-    (d,) = score_batch([{"response": r, "response_length": 1, "ground_truth": gt(cache)}], cfg, embedder=embedder)
+    (d,) = _lat([{"response": r, "response_length": 1, "ground_truth": gt(cache)}], cfg, embedder)
     from reward.lat import locate
 
     regions = [locate(s, None, cache) for s in parse_coe(r).steps]
@@ -408,8 +416,7 @@ def test_a_sliver_of_a_box_is_cropped_not_a_crash(cache):
     other = '{"bbox_2d": [100, 200, 900, 300], "Image_index": 1}'
     text = f"<think>First. Bounding box: {sliver} Second. Bounding box: {other}</think><answer>Shenzhen</answer>"
     cfg = RewardConfig(cache_dir=str(cache.path.parent), reward_form="lat", judge="lexical")
-    (d,) = score_batch([{"response": text, "response_length": 1, "ground_truth": gt(cache)}], cfg,
-                       embedder=ImageStepEmbedder(rec))  # fmt: skip
+    (d,) = _lat([{"response": text, "response_length": 1, "ground_truth": gt(cache)}], cfg, ImageStepEmbedder(rec))
     assert d.n_placed_steps == 2 and d.unscorable == 0.0
     assert min(min(s) for s in rec.sizes) >= 6  # widened to 4 points: ~8 px at 150 dpi (renderer rounding)
 
@@ -421,7 +428,9 @@ def test_each_batch_appends_its_counters_for_the_launch(plugin, cache, tmp_path,
     run(plugin, cache, [good, "prose"], [gt(cache)] * 2)
     (line,) = (tmp_path / "metrics" / "reward_counters.jsonl").read_text().splitlines()
     d = json.loads(line)
-    assert (d["reward_form"], d["responses"], d["format_ok"], d["step_paid"], d["ground_paid"]) == ("lat", 2, 1, 1, 1)
+    assert all(isinstance(v, int | float) for v in d.values())  # the pipeline's one writer: flat numbers
+    assert (d["responses"], d["format_ok"], d["step_paid"], d["ground_paid"], d["unscorable"]) == (2, 1, 1, 1, 0)
+    assert d["judge_requests"] == 0 and d["seconds_embed"] >= 0  # no judge: only LAT's step embedder ran
 
 
 # --------------------------------------------------------------------------------------------- python -m reward score

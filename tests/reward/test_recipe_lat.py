@@ -67,7 +67,8 @@ def omegaconf(monkeypatch):
 
 def test_recipe_merges_and_its_reward_kwargs_build_the_lat_reward(omegaconf, tmp_path, monkeypatch):
     from reward.config import RewardConfig
-    from reward.lat import LatScorer, LatSettings
+    from reward.lat import LatSettings
+    from reward.pipeline import RewardScorer
 
     om = omegaconf.OmegaConf
     monkeypatch.setenv("QUOTECITE_CACHE_DIR", str(tmp_path))
@@ -75,8 +76,9 @@ def test_recipe_merges_and_its_reward_kwargs_build_the_lat_reward(omegaconf, tmp
     cfg = om.to_object(om.merge(om.structured(easyr1_schema()), om.load(RECIPE)))
     config = RewardConfig.from_kwargs(**cfg.worker.reward.reward_function_kwargs)
     assert (config.reward_form, config.cache_dir, config.embed_url) == ("lat", str(tmp_path), "http://judge:8001")
-    scorer = LatScorer(config)
-    assert scorer.settings == LatSettings()  # the recipe writes out LAT's defaults
+    scorer = RewardScorer(config)
+    assert scorer.judge is None  # the form needs steps, not a judge
+    assert scorer.steps.settings == LatSettings()  # the recipe writes out LAT's defaults
     assert scorer.weights == {"format": 1.0, "accuracy": 1.0, "step": 1.0, "ground": 1.0}
 
 
