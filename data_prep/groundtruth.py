@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from data_prep.io import loads_record
@@ -60,6 +61,10 @@ def pack_ground_truth(gt: GroundTruth) -> str:
     )
 
 
+_NON_FINITE_FIELD = re.compile(r'"(\w+)"\s*:\s*(-?Infinity|NaN)\b')
+"""A field whose value JSON cannot hold as a finite number (named in the error)."""
+
+
 def unpack_ground_truth(s: str | dict) -> GroundTruth:
     """Inverse of :func:`pack_ground_truth`; raises :class:`InputError` naming the missing or bad field."""
     if isinstance(s, dict):
@@ -70,7 +75,9 @@ def unpack_ground_truth(s: str | dict) -> GroundTruth:
         try:  # the one record boundary: bounded numbers and nesting (a 100000-deep list is an error, not a crash)
             d = loads_record(s, "ground_truth")
         except InputError as e:
-            raise InputError(f"ground_truth is not a packed JSON object ({e}): {s[:80]!r}") from None
+            m = _NON_FINITE_FIELD.search(s[:100_000])
+            where = f" (field {m.group(1)!r} is {m.group(2)})" if m else ""
+            raise InputError(f"ground_truth is not a packed JSON object ({e}){where}: {s[:80]!r}") from None
     if not isinstance(d, dict):
         raise InputError(f"ground_truth is not a JSON object: {str(s)[:80]!r}")
     missing = [f for f in FIELDS if f not in d]
