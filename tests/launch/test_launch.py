@@ -166,6 +166,27 @@ class Run:
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted((self.dir / "logs").glob("*.out")))
 
+    def processes(self) -> list[int]:
+        """Pids of every live process of this run (the batch script, servers, trainer: they all carry its
+        QUOTECITE_RUN_DIR)."""
+        mark = f"QUOTECITE_RUN_DIR={self.dir}\0".encode()
+        pids = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if mark in (d / "environ").read_bytes():
+                        stat = (d / "stat").read_text()
+                        if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                            pids.append(int(d.name))
+        return pids
+
+    def release(self, job: str) -> None:
+        """Start a requeued job now (else Slurm holds it ~121 s), once its first run's processes have all ended: a
+        job started again while its first run is still stopping is killed by Slurm ("Job credential revoked")."""
+        wait_for(lambda: show_job(job).get("JobState") == "PENDING", T, f"the requeued job {job} to be pending")
+        wait_for(lambda: not self.processes(), T, f"every process of job {job}'s first run to end")
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+
     def usr1(self, job: str) -> None:
         subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
 
@@ -253,9 +274,8 @@ def test_requeue_mid_job_loses_no_completed_step_and_duplicates_none(tmp_path, c
     first_seg = f"{job}-0"
     wait_for(lambda: max(run.logged_steps(first_seg), default=0) == 4, T, "step 4 logged")
     subprocess.run(["scontrol", "requeue", job], check=True)
-    wait_for(lambda: show_job(job).get("JobState") == "PENDING", T, "the requeued job to be pending")
     run.allow(6)
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)  # else held ~121 s
+    run.release(job)
     ids = run.wait_chain_end()
 
     assert ids == [job], run.logs()  # no extra job: the requeued one resumed by itself

@@ -96,7 +96,7 @@ def test_three_nodes_train_on_a_ray_cluster_across_a_requeue_with_every_step_onc
     # the requeue's SIGTERM stopped the whole cluster: the head here and the worker's srun step on ci3n2
     wait_for(lambda: not run.ray_processes(), 30, "the first cluster's Ray processes to end")
     run.allow(6)
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+    run.release(job)
     ids = run.wait_chain_end()
 
     assert ids == [job], run.logs()
@@ -193,7 +193,7 @@ def test_a_three_node_chain_requeued_twice_runs_every_segment_on_three_nodes(tmp
     subprocess.run(["scontrol", "requeue", first], check=True)  # requeue 1
     wait_for(lambda: show_job(first).get("JobState") == "PENDING", T, "the requeued job to be pending")
     run.allow(2)
-    subprocess.run(["scontrol", "update", f"JobId={first}", "StartTime=now"], check=True)
+    run.release(first)
     wait_for(lambda: run.last_step() == 2, T, "checkpoint 2")
     run.usr1(first)  # the wall-time warning: stop after the next checkpoint and submit the next job
     wait_for(lambda: run.usr1_seen() == 1, T, "the first job to act on SIGUSR1")
@@ -205,7 +205,7 @@ def test_a_three_node_chain_requeued_twice_runs_every_segment_on_three_nodes(tmp
     subprocess.run(["scontrol", "requeue", second], check=True)  # requeue 2
     wait_for(lambda: show_job(second).get("JobState") == "PENDING", T, "the second job to be pending")
     run.allow(6)
-    subprocess.run(["scontrol", "update", f"JobId={second}", "StartTime=now"], check=True)
+    run.release(second)
     ids = run.wait_chain_end()
 
     assert ids == [first, second], run.logs()
