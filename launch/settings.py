@@ -396,7 +396,7 @@ SETTINGS: tuple[Setting, ...] = (
        "flash-attn for the trainer venv (empty: skip)", empty=True),
     _s("ENV_LOCK_WAIT", "7200", "s", seconds, "software", f"{_L},{_EV}",
        "how long a job waits for another job's install"),
-    _s("ENV_IN_CI", "0", "0/1", flag, "software", f"{_L},{_EV}", "allow slurm/env.sh to install under CI=true"),
+    _s("ENV_IN_CI", "0", "0/1", flag, "software", f"{_L},{_EV}", "allow `python -m launch.setup setup` to install where CI=true"),
     _s("HF_HOME", None, "path", path, "software", f"{_L},{_EV}",
        "HF_HOME of the jobs' model weights (default: $HF_HOME, else REPO/.hf); the jobs run offline"),
     _s("MODELS_CHECK", "1", "0/1", flag, "software", f"{_L},{_EV}", "check that the model weights are in HF_HOME"),

@@ -528,7 +528,8 @@ def cmd_setup(a: argparse.Namespace, env: Mapping[str, str]) -> int:
         raise InputError("no python3 to build the GPU environments with (set QUOTECITE_ENV_PYTHON)")
     if not a.dry_run and env.get("CI") == "true" and env.get("QUOTECITE_ENV_IN_CI") != "1":
         raise InputError(
-            "setup installs CUDA builds of vLLM and EasyR1; it does not run in CI (QUOTECITE_ENV_IN_CI=1)"
+            "setup installs CUDA builds of vLLM and EasyR1 and does not run where CI=true; "
+            "set QUOTECITE_ENV_IN_CI=1 to install anyway"
         )
     _say(f"# set-up{' (dry run: nothing is installed)' if a.dry_run else ''}: environments under {sw.root}")
     summary = []

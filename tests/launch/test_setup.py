@@ -28,7 +28,8 @@ MODELS = ("Qwen/Qwen3.5-9B", "Qwen/Qwen3-VL-Embedding-2B", "Qwen/Qwen3-VL-8B-Ins
 
 
 def env_for(tmp: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUOTECITE_", "HF_", "SLURM_"))}
+    # CI=true (set by the project's CI) would make `setup` refuse; tests that want it set it themselves
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUOTECITE_", "HF_", "SLURM_")) and k != "CI"}
     env.update(QUOTECITE_ENV_ROOT=str(tmp / "envs"), QUOTECITE_HF_HOME=str(tmp / "hf"))
     env.update(extra)
     return env
@@ -553,3 +554,17 @@ def test_a_failing_step_is_one_error_with_the_log_tail_and_leaves_no_stamp(tmp_p
     sw = S.software(REPO, env)
     assert not (sw.dir("trainer") / S.STAMP).exists()
     assert S.venv_state(sw, "trainer").reason.startswith("half-built")
+
+
+def test_setup_refuses_under_ci_unless_asked_and_its_dry_run_still_prints(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(S, "build_steps", _fake_steps())
+    env = env_for(tmp_path, CI="true")
+    assert S.main(["setup", "--only", "server"], env) == 2
+    err = capsys.readouterr().err
+    assert "does not run where CI=true; set QUOTECITE_ENV_IN_CI=1 to install anyway" in err
+    sw = S.software(REPO, env)
+    assert not sw.dir("server").exists()  # refused before anything was made
+    assert S.main(["setup", "--only", "server", "--dry-run"], env) == 0
+    assert not sw.dir("server").exists()
+    assert S.main(["setup", "--only", "server"], {**env, "QUOTECITE_ENV_IN_CI": "1"}) == 0
+    assert S.venv_state(sw, "server").ok
