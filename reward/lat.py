@@ -163,15 +163,16 @@ class LatSettings:
 
 
 # ---------------------------------------------------------------------------------------------- answer text
-def normalize_text(text: str) -> str:
+def normalize_answer(text: str) -> str:
     """LAT's answer normalisation (SQuAD style): lower case, thousands separators joined, punctuation and
     symbols removed, articles removed, white space collapsed.
 
-    >>> normalize_text("The  1,024 Apples!"), normalize_text("Shenzhen\u200b")
+    >>> normalize_answer("The  1,024 Apples!"), normalize_answer("Shenzhen\u200b")
     ('1024 apples', 'shenzhen')
 
     The project's one comparison normalisation (:func:`data_prep.text.normalize_for_compare`: NFKC, invisible and
     bidi characters removed, whitespace folded) comes first, so a zero-width space never changes the score.
+    Not :func:`data_prep.document.normalize_text` (document text for fingerprints: NFKC, lower case, white space).
     """
     text = re.sub(r"(\d),(\d)", r"\1\2", normalize_for_compare(text).lower())
     text = "".join(" " if unicodedata.category(ch)[0] in "PS" else ch for ch in text)
@@ -186,7 +187,7 @@ def soft_exact_match(pred: str, gold: str) -> float:
     >>> soft_exact_match("Shenzhen, China", "shenzhen"), soft_exact_match("", "shenzhen")
     (1.0, 0.0)
     """
-    p, g = normalize_text(pred), normalize_text(gold)
+    p, g = normalize_answer(pred), normalize_answer(gold)
     if not p or not g:
         return 0.0
     return 1.0 if (g in p or p in g) else 0.0
@@ -198,7 +199,7 @@ def token_recall(pred: str, gold: str) -> float:
     >>> token_recall("12 percent growth", "growth of 12 percent")
     0.75
     """
-    p, g = normalize_text(pred).split(), normalize_text(gold).split()
+    p, g = normalize_answer(pred).split(), normalize_answer(gold).split()
     if not p or not g:
         return 0.0
     return sum((Counter(p) & Counter(g)).values()) / len(g)
