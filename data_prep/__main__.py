@@ -2,7 +2,7 @@
 
 import sys
 
-from data_prep.cli import main
+from core.cli import main
 
 COMMANDS = {
     "blocks": ("data_prep.cmd_blocks", "parse PDFs into blocks, embed them, and store them in the cache"),

@@ -12,7 +12,7 @@
 * ``embeddings.npy`` is float16, row ``i`` = block ``i``, L2-normalised, memory-mapped on load.
 * A valid entry is read without writing anything, so a read-only cache serves its entries. A build that fails
   (bad input, a full disk) leaves no entry, temp dir or lock file behind; a full disk is one line
-  (:class:`~data_prep.io.OutputError`).
+  (:class:`~core.io.OutputError`).
 """
 
 from __future__ import annotations
@@ -37,18 +37,20 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep import geometry
+from core import geometry
+from core.errors import InputError
+from core.geometry import clip_bbox
+from core.io import WRITE_ERRNOS, OutputError, decode_text, loads_record, read_json
 from data_prep.document import Document, sha256_file
 from data_prep.encoders import l2_normalize
-from data_prep.io import WRITE_ERRNOS, OutputError, decode_text, loads_record, read_json
-from data_prep.types import Block, InputError, clip_bbox
+from data_prep.types import Block
 from data_prep.validate import field_float, field_int, field_str
 
 CACHE_FORMAT = 1
 """Bumped when the on-disk layout changes; part of the key."""
 
 BBOX_TOLERANCE = geometry.BBOX_TOLERANCE
-"""Points a parser's bbox may exceed the page before it is an error (see :mod:`data_prep.geometry`)."""
+"""Points a parser's bbox may exceed the page before it is an error (see :mod:`core.geometry`)."""
 
 
 class CacheError(InputError):
@@ -222,7 +224,7 @@ def validate_blocks(blocks: list[Block], page_sizes: list[tuple[float, float]], 
         if not 1 <= b.page <= n_pages:
             raise InputError(f"{source}: block {i} is on page {b.page} but the PDF has {n_pages} pages")
         w, h = page_sizes[b.page - 1]
-        # The shared rule (data_prep.geometry); a box left without area keeps its place here (ids are rows).
+        # The shared rule (core.geometry); a box left without area keeps its place here (ids are rows).
         bbox = geometry.page_box(b.bbox, b.page, (w, h), source, f"block {i}") or clip_bbox(b.bbox, w, h)
         if b.parent is not None and not 0 <= b.parent < len(blocks):
             raise InputError(f"{source}: block {i} has parent {b.parent}, which is not a block id")
@@ -326,7 +328,7 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
 
 
 def block_from_record(d: dict, where: str) -> Block:
-    """One line of ``blocks.jsonl`` (already parsed by :func:`data_prep.io.loads_record`) as a :class:`Block`,
+    """One line of ``blocks.jsonl`` (already parsed by :func:`core.io.loads_record`) as a :class:`Block`,
     every field through :mod:`data_prep.validate`: ``block_id``, ``page`` and ``parent`` are integers (a bool, a
     text such as ``"3"``, a fraction or NaN is refused: ``"page": true`` is not page 1), ``bbox`` four finite
     numbers, ``type`` and ``text`` strings. :class:`CacheError` names ``where`` (``FILE:LINE``) and the field.
@@ -357,7 +359,7 @@ def block_from_record(d: dict, where: str) -> Block:
 
 def read_block_records(raw: bytes, path: Path) -> list[Block]:
     """The blocks of a ``blocks.jsonl`` whose bytes are ``raw``: each line through the one record parser
-    (:func:`data_prep.io.loads_record`: numbers and nesting bounded) and :func:`block_from_record`; ids must be
+    (:func:`core.io.loads_record`: numbers and nesting bounded) and :func:`block_from_record`; ids must be
     ``0..N-1`` in order (they are the rows of ``embeddings.npy``). :class:`CacheError` names ``path:line``."""
     try:
         text = decode_text(raw, str(path))

@@ -61,10 +61,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import InputError
+from core.geometry import BBox, iou
 from data_prep.document import Document
-from data_prep.geometry import iou
 from data_prep.text import cjk_share, token_recall
-from data_prep.types import BBox, InputError
 
 FUNNEL_STEPS = (
     "records",
@@ -210,7 +210,7 @@ def _get(d: dict, names: tuple[str, ...], default: Any = None) -> Any:
 def load_citevqa(path: str | Path) -> list[dict]:
     """CiteVQA records from a JSON list, a ``{"data": [...]}`` object, or JSONL."""
     path = Path(path)
-    from data_prep.io import loads_record, read_text
+    from core.io import loads_record, read_text
 
     text = read_text(path)  # a regular file only, UTF-8 or one clear error
     try:

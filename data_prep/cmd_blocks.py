@@ -67,8 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _make_encoder(args: argparse.Namespace):
+    from core.errors import InputError
     from data_prep.encoders import get_encoder
-    from data_prep.types import InputError
 
     if args.encoder == NO_ENCODER:
         flags = [f for f, v in (("--embed-url", args.embed_url), ("--embed-model", args.embed_model),
@@ -150,10 +150,10 @@ class WarningSummary:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from core.errors import InputError
     from data_prep.cache import build_cache
     from data_prep.encoders.qwen3vl import EmbeddingServerError
     from data_prep.parsers import get_parser
-    from data_prep.types import InputError
 
     if args.parser_output is not None and len(args.pdfs) != 1:
         raise InputError(f"--parser-output {args.parser_output} belongs to one PDF; got {len(args.pdfs)} PDFs")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from core.errors import InputError
 from data_prep.citevqa import (
     BlockTypes,
     VerifyConfig,
@@ -16,7 +17,6 @@ from data_prep.citevqa import (
     load_pdf_source,
     rehydrate,
 )
-from data_prep.types import InputError
 from data_prep.validate import bounded_float
 
 
@@ -42,16 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from data_prep.io import atomic_write_json as write_json
-    from data_prep.io import atomic_write_jsonl as write_jsonl
-    from data_prep.io import read_jsonl as iter_jsonl
+    from core.io import atomic_write_json as write_json
+    from core.io import atomic_write_jsonl as write_jsonl
+    from core.io import read_jsonl as iter_jsonl
 
     if not args.pdf_dir.is_dir():
         raise InputError(f"{args.pdf_dir}: PDF folder not found")
-    from data_prep.io import refuse_output_over_inputs
+    from core.io import refuse_output_over_inputs
 
     funnel_path = args.out.with_name(args.out.name + ".funnel.json")
-    from data_prep.io import refuse_cache_entry
+    from core.io import refuse_cache_entry
 
     refuse_cache_entry(args.out.parent, args.out)
     refuse_output_over_inputs(args.out, [args.citevqa, args.release])

@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from data_prep.io import refuse_output_dir_over_inputs, refuse_output_over_inputs
+    from core.io import refuse_output_dir_over_inputs, refuse_output_over_inputs
 
     config = config_from_args(args)
     if config.out.exists() and not config.out.is_dir():

@@ -49,7 +49,7 @@ def resolve_key(cache_dir: Path, key: str) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.dpi <= 0:
         raise CacheError(f"--dpi must be positive, got {args.dpi}")
-    from data_prep.io import refuse_output_inside, refuse_output_over_inputs
+    from core.io import refuse_output_inside, refuse_output_over_inputs
 
     refuse_output_over_inputs(args.out, [])
     refuse_output_inside(args.out, [args.cache_dir], "the cache folder --cache-dir")

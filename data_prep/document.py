@@ -22,7 +22,8 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image
 
-from data_prep.types import BBox, InputError
+from core.errors import InputError
+from core.geometry import BBox
 
 DEFAULT_CROP_DPI = 150
 """Crops of blocks are rendered at this resolution (docs/METHOD.md step 2)."""

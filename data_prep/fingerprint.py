@@ -142,7 +142,7 @@ def fingerprint_text(path: str, sha256: str, text: str, hasher: MinHasher) -> Do
 
 
 def fingerprint_pdf(path: str | Path, hasher: MinHasher) -> DocFingerprint:
-    """Open a PDF and fingerprint its text layer. Raises :class:`~data_prep.types.InputError` when unreadable."""
+    """Open a PDF and fingerprint its text layer. Raises :class:`~core.errors.InputError` when unreadable."""
     with Document.open(path) as doc:
         return fingerprint_text(str(path), doc.sha256, doc.full_text(), hasher)
 

@@ -16,8 +16,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from data_prep.io import loads_record
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import loads_record
 
 FIELDS: tuple[str, ...] = ("qid", "doc_key", "question", "answer", "pages")
 

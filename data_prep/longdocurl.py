@@ -41,6 +41,16 @@ from pathlib import Path
 import numpy as np
 import pypdfium2 as pdfium
 
+from core.errors import InputError
+from core.io import (
+    atomic_path,
+    atomic_write_json,
+    atomic_write_text,
+    loads_record,
+    read_json,
+    read_jsonl,
+    safe_component,
+)
 from data_prep.document import Document, sha256_file
 from data_prep.fingerprint import (
     DocFingerprint,
@@ -50,18 +60,8 @@ from data_prep.fingerprint import (
     fingerprint_text,
     jaccard_estimate,
 )
-from data_prep.io import (
-    atomic_path,
-    atomic_write_json,
-    atomic_write_text,
-    loads_record,
-    read_json,
-    read_jsonl,
-    safe_component,
-)
 from data_prep.qwen_tokens import QWEN3_VL, PromptBudget, choose_page_budget, estimate_text_tokens, image_tokens
 from data_prep.shards import Shard
-from data_prep.types import InputError
 from data_prep.validate import field_int
 from recipes import prompt_path
 

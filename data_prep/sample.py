@@ -27,7 +27,7 @@ from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.pdfgen import canvas as rl_canvas
 
-from data_prep.io import atomic_path
+from core.io import atomic_path
 
 SAMPLE_N_PAGES = 4
 """Number of pages of the sample PDF."""

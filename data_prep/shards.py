@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from data_prep.types import InputError
+from core.errors import InputError
 
 T = TypeVar("T")
 

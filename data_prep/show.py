@@ -26,9 +26,10 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
+from core.errors import InputError
+from core.io import atomic_path
 from data_prep.document import Document
-from data_prep.io import atomic_path
-from data_prep.types import BLOCK_TYPES, Block, InputError
+from data_prep.types import BLOCK_TYPES, Block
 
 TYPE_COLORS: dict[str, tuple[int, int, int]] = {
     "title": (214, 39, 40),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from data_prep.errors import QuoteciteError
+from core.geometry import BBox
 
 BLOCK_TYPES: tuple[str, ...] = (
     "title",
@@ -28,12 +28,6 @@ BLOCK_TYPES: tuple[str, ...] = (
     "other",
 )
 """The closed vocabulary of block types. Parsers map their own labels onto it."""
-
-BBox = tuple[float, float, float, float]
-
-
-class InputError(QuoteciteError, ValueError):
-    """Bad input from the user (a file, a parser output, a cache directory). The message names the input."""
 
 
 @dataclass(frozen=True)
@@ -95,11 +89,3 @@ def renumber(blocks: list[Block]) -> list[Block]:
         parent = mapping.get(b.parent) if b.parent is not None else None
         out.append(Block(i, b.page, b.bbox, b.type, b.text, parent))
     return out
-
-
-def clip_bbox(bbox: BBox, width: float, height: float) -> BBox:
-    """Clip a top-left-origin bbox (points) to a page of ``width`` x ``height`` points."""
-    x0, y0, x1, y1 = bbox
-    x0, x1 = sorted((min(max(x0, 0.0), width), min(max(x1, 0.0), width)))
-    y0, y1 = sorted((min(max(y0, 0.0), height), min(max(y1, 0.0), height)))
-    return (x0, y0, x1, y1)

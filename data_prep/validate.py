@@ -7,9 +7,9 @@ Two faces of the same checks:
   :func:`nonneg_int`, :func:`bounded_float`, :func:`bounded_int`, :func:`one_of` raise
   ``argparse.ArgumentTypeError``, so a bad flag is argparse's usual one-line ``error:``; :func:`check_option`
   applies the same check to a value that came from elsewhere (a recipe, ``reward_function_kwargs``, a setting)
-  and raises :class:`~data_prep.types.InputError` naming it;
+  and raises :class:`~core.errors.InputError` naming it;
 * **record fields**: :func:`field_int`, :func:`field_float`, :func:`field_str` read one field of a parsed record
-  (``data_prep.io.loads_record`` already bounded its numbers) and raise :class:`~data_prep.types.InputError`
+  (``core.io.loads_record`` already bounded its numbers) and raise :class:`~core.errors.InputError`
   naming ``file:line``, the field and what is wrong. ``True`` is never an integer here.
 
 >>> bounded_int(1, 10)("3"), finite("2.5"), one_of("a", "b")("b")
@@ -19,7 +19,7 @@ Two faces of the same checks:
 >>> field_int({"page": True}, "page", "gold.jsonl:4")
 Traceback (most recent call last):
 ...
-data_prep.types.InputError: gold.jsonl:4: field 'page' must be an integer, got a bool (True)
+core.errors.InputError: gold.jsonl:4: field 'page' must be an integer, got a bool (True)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from data_prep.types import InputError
+from core.errors import InputError
 
 MAX_OPTION_CHARS = 64
 """A numeric option longer than this is refused before conversion (no 5,000-digit ``int()``)."""

@@ -2,7 +2,7 @@
 
 import sys
 
-from data_prep.cli import main
+from core.cli import main
 
 COMMANDS = {
     "infer": ("eval.cmd_infer", "generate predictions with vLLM (GPU) for a gold file"),

@@ -44,8 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.io import atomic_write_text
-from data_prep.types import BBox, InputError
+from core.errors import InputError
+from core.geometry import BBox
+from core.io import atomic_write_text
 
 ATTENTION_INTERFACE = "attention"
 RECORDER_NAME = "quotecite_query_attention"

@@ -20,14 +20,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from data_prep.geometry import iou as geometry_iou
-from data_prep.types import BBox
+from core.geometry import BBox
+from core.geometry import iou as geometry_iou
 
 IOU_EPS = 1e-9
 """Tolerance on ``IoU >= t`` for floating-point rounding (an IoU of exactly t on paper must match)."""
 
 Box = BBox
-"""The one box type (:data:`data_prep.types.BBox`): ``(x0, y0, x1, y1)`` in PDF points, top-left origin."""
+"""The one box type (:data:`core.geometry.BBox`): ``(x0, y0, x1, y1)`` in PDF points, top-left origin."""
 
 
 def normalize_box(box: Sequence[float]) -> tuple[Box, bool]:

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep.types import InputError
+from core.errors import InputError
 from reward.judge import HttpJudge, JudgeRequest, JudgeStats, run_sync
 from reward.response import strip_reasoning
 

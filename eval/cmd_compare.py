@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from data_prep.io import refuse_output_over_inputs
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import refuse_output_over_inputs
 from data_prep.validate import bounded_int, seed
 from eval.compare import (
     DEFAULT_RESAMPLES,

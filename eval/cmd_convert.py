@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from data_prep.io import refuse_output_inside, refuse_output_over_inputs
+    from core.io import refuse_output_inside, refuse_output_over_inputs
 
     refuse_output_over_inputs(args.out, [args.input, args.gold, args.page_images_info, args.image_list])
     refuse_output_inside(args.out, [args.cache_dir], "the cache folder --cache-dir")

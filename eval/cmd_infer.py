@@ -7,9 +7,9 @@ import argparse
 import time
 from pathlib import Path
 
+from core.errors import InputError
 from data_prep.document import Document
 from data_prep.shards import Shard
-from data_prep.types import InputError
 from eval.infer import (
     COORDINATE_PROMPTS,
     PROMPT_ROLES,
@@ -95,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from data_prep.io import refuse_output_over_inputs
+    from core.io import refuse_output_over_inputs
 
     refuse_output_over_inputs(args.out, [args.gold])  # predictions are appended: never to the gold file
     from eval.interfaces import INTERFACES

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from data_prep.io import atomic_write_text, read_json
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import atomic_write_text, read_json
 from data_prep.validate import nonneg_int
 from eval.report import plot_recall_vs_iou, write_report
 from eval.schemas import iter_jsonl
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.runs) == bool(args.score_dir):
         raise InputError("give either --runs DIR... --out DIR (side by side) or --score-dir DIR (one report)")
     if args.runs and args.out:
-        from data_prep.io import refuse_output_dir_over_inputs, refuse_output_inside
+        from core.io import refuse_output_dir_over_inputs, refuse_output_inside
 
         refuse_output_dir_over_inputs(args.out, args.runs)
         refuse_output_inside(args.out, args.runs, "the score folder")

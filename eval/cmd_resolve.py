@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from core.errors import InputError
+from core.io import refuse_output_over_inputs
 from data_prep.cache import CachedDoc, DocCache
 from data_prep.encoders import MemoEncoder
-from data_prep.io import refuse_output_over_inputs
-from data_prep.types import InputError
 from data_prep.validate import bounded_int, finite
 from eval.interfaces import get_interface
 from eval.schemas import Gold, Prediction, read_gold, read_predictions, write_jsonl

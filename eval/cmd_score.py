@@ -28,7 +28,7 @@ and share are printed. With ``--cache-dir`` the gold boxes are checked against t
 page the document does not have, or a box wholly off its page, is refused; a box running off the page edge is
 counted (``metrics.json: gold_geometry``) and reported.
 
-Outputs: the folder is built beside ``--out`` and swapped in as one unit (:func:`data_prep.io.atomic_dir`), so a
+Outputs: the folder is built beside ``--out`` and swapped in as one unit (:func:`core.io.atomic_dir`), so a
 reused folder keeps no stale report image and a killed run leaves the previous complete set. An ``--out`` that is a
 file, holds an input, or holds files ``eval score`` does not write is refused.
 """
@@ -45,8 +45,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from data_prep.io import atomic_dir, atomic_write_text, refuse_output_dir_over_inputs
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import atomic_dir, atomic_write_text, refuse_output_dir_over_inputs
 from data_prep.validate import bounded_int, finite
 from eval import analyses
 from eval.metrics import (
@@ -347,7 +347,7 @@ SCORE_OUTPUTS: tuple[str, ...] = (
     "report_files",
 )  # fmt: skip
 """Every name :func:`write_outputs` writes in its folder. ``eval score`` builds the folder beside ``--out`` and
-swaps it in as one unit (:func:`data_prep.io.atomic_dir`); an ``--out`` folder holding anything else is refused."""
+swaps it in as one unit (:func:`core.io.atomic_dir`); an ``--out`` folder holding anything else is refused."""
 
 
 def write_outputs(

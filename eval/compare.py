@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import binom
 
-from data_prep.types import InputError
+from core.errors import InputError
 from eval.schemas import iter_jsonl
 
 DEFAULT_RESAMPLES = 10_000

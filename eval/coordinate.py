@@ -22,7 +22,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from data_prep.types import BBox, Block
+from core.geometry import BBox
+from data_prep.types import Block
 from eval.boxes import box_distance, iou, normalize_box
 
 COORD_SCALE = 1000.0

@@ -54,9 +54,9 @@ from typing import Any, Protocol
 from PIL import Image
 from tqdm import tqdm
 
+from core.errors import InputError
 from data_prep.document import Document
 from data_prep.shards import Shard
-from data_prep.types import InputError
 from eval.schemas import Gold, append_jsonl, iter_jsonl, read_gold, repair_jsonl_tail
 from recipes import prompts_dir
 
@@ -304,7 +304,7 @@ def merge_shards(gold_path: Path, out: Path, count: int, limit: int | None = Non
     """Join the ``count`` shard files of ``out`` (:func:`shard_file`) into ``out`` (atomic), in the order one
     unsharded run writes (by document, gold order within one). InputError naming the file when a shard file is
     missing, holds a question of another shard or one twice, or lacks questions of its shard. Returns the lines."""
-    from data_prep.io import atomic_write_text
+    from core.io import atomic_write_text
 
     golds = read_gold(gold_path)[:limit]
     want = {g.key for g in golds}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from data_prep.registry import Registry
+from core.registry import Registry
 
 
 class Interface(Protocol):

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from data_prep.geometry import iou
+from core.geometry import iou
 from reward.lat import (
     COORD_SCALE,
     CoEResponse,

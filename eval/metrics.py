@@ -92,8 +92,8 @@ from typing import Protocol
 
 import numpy as np
 
-from data_prep.geometry import iou
-from data_prep.registry import REQUIRED, Registry
+from core.geometry import iou
+from core.registry import REQUIRED, Registry
 from eval.boxes import match_matrix, matches
 from eval.schemas import Cited, Element, Gold, Prediction
 

@@ -16,8 +16,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from data_prep.io import atomic_write_text
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import atomic_write_text
 from eval.tables import THRESHOLD_LABELS, pct, summary_rows
 
 REPORT_MAX_PIXELS = 450_000

@@ -14,8 +14,8 @@ import html
 import json
 from pathlib import Path
 
-from data_prep.io import atomic_write_text
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import atomic_write_text
 from eval.report import REPORT_CSS
 from reward.samples import SAMPLES_DIR, load_steps
 

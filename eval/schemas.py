@@ -16,7 +16,7 @@ Predictions, one JSON object per line::
      "citations": [{"page", "bbox", "similarity"?, "quote"?, "block_id"?}, ...]}
 
 ``index`` joins the two files (compared as strings, so ``7`` and ``"7"`` are the same question). Bad input raises
-:class:`~data_prep.types.InputError` with ``FILE:LINE: what is wrong``.
+:class:`~core.errors.InputError` with ``FILE:LINE: what is wrong``.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_prep.io import (
+from core.errors import InputError
+from core.io import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_jsonl,
     read_jsonl,
 )
-from data_prep.types import InputError
 from data_prep.validate import field_int
 from eval.boxes import Box, normalize_box
 from eval.interfaces import INTERFACES  # how a model expressed its evidence (the registry)
@@ -269,7 +269,7 @@ def prediction_from_json(d: dict, where: str = "prediction") -> Prediction:
 # ---------------------------------------------------------------------------------------------- JSONL IO
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line number, object)`` for each non-blank line; InputError names the file and line (bytes that
-    are not UTF-8 included): the shared reader :func:`data_prep.io.read_jsonl`."""
+    are not UTF-8 included): the shared reader :func:`core.io.read_jsonl`."""
     return read_jsonl(path)
 
 

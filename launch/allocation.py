@@ -31,7 +31,7 @@ Without accounting (``AccountingStorageType=accounting_storage/none``, the local
 
 The nodes themselves (``NodeList``) are never repeated: the next job may get, and should accept, other nodes.
 
-Only the standard library (and :class:`data_prep.types.InputError` for a job that cannot be read).
+Only the standard library (and :class:`core.errors.InputError` for a job that cannot be read).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from data_prep.types import InputError
+from core.errors import InputError
 
 GPU_ENV = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")
 """This job's GPU lists: Slurm sets (or not) the next job's itself; handing it ours would point it at our GPUs."""

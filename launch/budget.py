@@ -76,8 +76,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_prep.io import loads_record, open_regular, read_json
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import loads_record, open_regular, read_json
 from data_prep.validate import bounded_float, finite, nonneg_int, positive_float, positive_int
 from launch.run_files import CHECKPOINT_TRACKER, INCOMPLETE_DIR, STEP_DIR_RE
 from recipes.reader import RecipeError, dig, load_recipe

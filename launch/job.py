@@ -40,7 +40,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from data_prep.types import InputError
+from core.errors import InputError
 from launch import allocation, budget, settings
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import LayoutError, device_ids, node_address, plan_from_env, position_ranges

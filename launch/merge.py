@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from data_prep.io import atomic_write_text, loads_record, open_regular
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import atomic_write_text, loads_record, open_regular
 from launch.run_files import REWARD_BATCHES, REWARD_COUNTERS, atomic_write_json, deep_merge, now_iso
 from launch.segments import load_segments, segments_dir
 

@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from data_prep.io import atomic_write_text
+from core.io import atomic_write_text
 
 Series = tuple[str, str, str]
 """(label, dotted key in a run_log record, line style)."""

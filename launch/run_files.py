@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_prep.io import atomic_write_json as _atomic_write_json
+from core.io import atomic_write_json as _atomic_write_json
 
 CHECKPOINT_TRACKER = "checkpoint_tracker.json"
 """EasyR1's tracker file name in ``trainer.save_checkpoint_path`` (``verl/utils/checkpoint``)."""

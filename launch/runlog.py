@@ -64,7 +64,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from data_prep.types import InputError
+from core.errors import InputError
 from data_prep.validate import bounded_int
 from launch.checkpoints import (
     find_resume_point,
@@ -330,7 +330,7 @@ def cmd_outage(a: argparse.Namespace) -> int:
 
 
 def cmd_plot(a: argparse.Namespace) -> int:
-    from data_prep.io import OutputError, refuse_output_over_inputs
+    from core.io import OutputError, refuse_output_over_inputs
     from launch.plot import write_curves
 
     run_dir = Path(a.run_dir)

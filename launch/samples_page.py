@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_prep.types import InputError
+from core.errors import InputError
 from eval.samples_page import PAGE, folder_steps
 from eval.samples_page import write_samples_page as render_page
 from launch.segments import load_segments, segments_dir

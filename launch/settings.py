@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_prep.types import InputError
+from core.errors import InputError
 from data_prep.validate import bounded_float, bounded_int, nonneg_int, one_of, positive_float, positive_int
 
 PREFIX = "QUOTECITE_"

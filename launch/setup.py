@@ -49,8 +49,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep.io import atomic_write_text, read_json, read_text
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import atomic_write_text, read_json, read_text
 from reward.config import DEFAULT_JUDGE_MODEL
 
 REPO = Path(__file__).resolve().parents[1]

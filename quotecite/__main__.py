@@ -2,7 +2,7 @@
 
 import sys
 
-from data_prep.cli import main
+from core.cli import main
 
 COMMANDS = {
     "demo": ("quotecite.demo", "run the whole pipeline on a generated sample document on the CPU"),

@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import importlib
 
-    from data_prep.types import InputError
+    from core.errors import InputError
 
     for module in getattr(args, "modules", []):
         try:

@@ -1,9 +1,9 @@
 """The one reader of EasyR1 recipes: the YAML, EasyR1's command-line overrides and OmegaConf's ``${oc.env:...}``.
 
 Used by the reward's check (``reward.preflight``), ``reward score --recipe``, the launch's run log
-(``launch/runlog.py``) and both launch scripts (``python -m recipes value RECIPE KEY [OVERRIDE ...]``). It sits in
-the bottom layer and imports no stage; its errors are :class:`RecipeError` (a ``ValueError``), which each caller
-turns into its own error type.
+(``launch/runlog.py``) and both launch scripts (``python -m recipes value RECIPE KEY [OVERRIDE ...]``). It sits
+above :mod:`core` (its YAML loader and error types) and imports no stage; its errors are :class:`RecipeError` (an
+:class:`~core.errors.InputError`).
 
 >>> r = apply_overrides({"data": {"val_files": "v"}}, ["data.train_files=/d/t.parquet", "trainer.max_steps=8"])
 >>> dig(r, "trainer.max_steps"), dig(r, "trainer.nnodes", 1)
@@ -18,11 +18,22 @@ import stat
 import sys
 from pathlib import Path
 
+from core.errors import InputError
+from core.io import safe_yaml
+
 _ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
 
 
-class RecipeError(ValueError):
+class RecipeError(InputError):
     """A recipe that cannot be read: missing, not YAML, not a mapping."""
+
+
+def _yaml(text: str, where: str):
+    """:func:`core.io.safe_yaml` (the one YAML loader), its refusals as :class:`RecipeError`."""
+    try:
+        return safe_yaml(text, where)
+    except InputError as e:
+        raise RecipeError(str(e)) from None
 
 
 class Unset:
@@ -64,57 +75,6 @@ def resolve_env(value, env: dict[str, str] | None = None):
     return Unset(unset[0]) if unset else out
 
 
-def safe_yaml(text: str, where: str, max_depth: int = 64, max_nodes: int = 100_000):
-    """The one YAML loader: ``yaml.safe_load`` of ``text`` that refuses (:class:`RecipeError` naming ``where``)
-    YAML that does not parse, nesting deeper than ``max_depth`` and a document that expands (each use of an alias
-    counted) to more than ``max_nodes`` nodes: an alias bomb is refused before it is built.
-
-    >>> safe_yaml("a: &x [1, 2]\\nb: *x", "r.yaml")
-    {'a': [1, 2], 'b': [1, 2]}
-    """
-    import yaml
-
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        raise RecipeError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
-    except RecursionError:
-        raise RecipeError(f"{where}: YAML nested too deeply") from None
-    if node is None:
-        return None
-    # count nodes as they would be expanded; memoise per node the expanded size
-    sizes: dict[int, int] = {}
-    stack = [(node, 1, False)]
-    while stack:
-        n, depth, done = stack.pop()
-        if depth > max_depth:
-            raise RecipeError(f"{where}: YAML nested more than {max_depth} deep")
-        if id(n) in sizes and not done:
-            continue
-        children = []
-        if isinstance(n, yaml.SequenceNode):
-            children = list(n.value)
-        elif isinstance(n, yaml.MappingNode):
-            children = [c for kv in n.value for c in kv]
-        if not done and children:
-            stack.append((n, depth, True))
-            stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
-            continue
-        total = 1 + sum(sizes.get(id(c), 1) for c in children)
-        if total > max_nodes:
-            raise RecipeError(f"{where}: YAML expands to more than {max_nodes} nodes (an alias bomb?)")
-        sizes[id(n)] = total
-    loader = yaml.SafeLoader("")
-    try:
-        return loader.construct_document(node)
-    except yaml.YAMLError as e:
-        raise RecipeError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
-    except RecursionError:
-        raise RecipeError(f"{where}: YAML nested too deeply") from None
-    finally:
-        loader.dispose()
-
-
 def dig(d, dotted: str, default=None):
     for k in dotted.split("."):
         if not isinstance(d, dict) or k not in d:
@@ -136,7 +96,7 @@ def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
         if not sep or not key.strip():
             continue
         try:
-            parsed = safe_yaml(value, f"override {key}") if value.strip() else None
+            parsed = _yaml(value, f"override {key}") if value.strip() else None
         except RecipeError:
             parsed = value
         node = recipe
@@ -173,7 +133,7 @@ def load_recipe(
     except UnicodeDecodeError as e:
         raise RecipeError(f"recipe {path}: not UTF-8 text (byte 0x{data[e.start]:02x} at byte {e.start}); "
                           "is it a YAML file?") from None  # fmt: skip
-    raw = safe_yaml(text, f"recipe {path}") or {}
+    raw = _yaml(text, f"recipe {path}") or {}
     if not isinstance(raw, dict):
         raise RecipeError(f"recipe {path}: not a YAML mapping")
     recipe = apply_overrides(raw, list(overrides or []))

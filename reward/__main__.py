@@ -2,7 +2,7 @@
 
 import sys
 
-from data_prep.cli import main
+from core.cli import main
 
 COMMANDS = {
     "score": ("reward.cmd_score", "score EasyR1 reward inputs (JSONL) and write rewards with their citations"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from data_prep.types import InputError
+from core.errors import InputError
 from recipes.reader import Unset as _Unset
 from reward.preflight import (
     FAILURE_PREFIX,

@@ -3,7 +3,7 @@
 >>> RewardConfig.from_kwargs(cache_dir="/tmp/c", judge="lexical", concurency=4)
 Traceback (most recent call last):
 ...
-data_prep.types.InputError: unknown reward setting 'concurency'; did you mean 'concurrency'?
+core.errors.InputError: unknown reward setting 'concurency'; did you mean 'concurrency'?
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-from data_prep.io import loads_record
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import loads_record
 from data_prep.validate import bounded_float, bounded_int, check_option, finite, one_of
 from reward.judge import DEFAULT_JUDGE, JudgeSettings
 from reward.response import DEFAULT_MAX_QUOTES
@@ -240,7 +240,7 @@ def _numbers(name: str, mapping: dict, check=finite) -> dict:
 
 def _json_setting(name: str, value):
     """A JSON setting (``weights``, ``judge_extra_body``, ``keep_band``): text parsed by the one record parser
-    (:func:`data_prep.io.loads_record`: numbers bounded, nesting bounded); a mapping or list from a recipe goes
+    (:func:`core.io.loads_record`: numbers bounded, nesting bounded); a mapping or list from a recipe goes
     through the same bounds (NaN, a 400-digit integer, 300 levels of nesting are refused)."""
     where = f"reward setting {name}"
     if not isinstance(value, str):

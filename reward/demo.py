@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from core.io import atomic_write_jsonl
 from data_prep.cache import CachedDoc
 from data_prep.groundtruth import GroundTruth, pack_ground_truth
-from data_prep.io import atomic_write_jsonl
 from reward.config import RewardConfig
 from reward.pipeline import RewardScorer
 

@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from data_prep.io import MAX_INT_DIGITS, loads_record
-from data_prep.registry import Registry
+from core.errors import InputError
+from core.io import MAX_INT_DIGITS, loads_record
+from core.registry import Registry
 from data_prep.text import tokenize
-from data_prep.types import InputError
 from recipes import prompt_path
 from reward.response import iter_json_objects, strip_reasoning
 from reward.servers import HEALTH_BACKOFF_S, ReplicaSet, ServerOutageError, health_url, parse_urls, probe_health
@@ -285,13 +285,13 @@ def _score_value(v) -> int | None:
 
 _DIGITS = re.compile(r"\d+")
 _NOT_JSON = ": not valid JSON ("
-"""How :func:`data_prep.io.loads_record` says a text is no JSON at all (prose around the verdict), as opposed to
+"""How :func:`core.io.loads_record` says a text is no JSON at all (prose around the verdict), as opposed to
 JSON it refuses (a number past its bounds, NaN, nesting too deep)."""
 
 
 def _verdict_objects(text: str) -> list[dict] | None:
     """The JSON objects of a reply's verdict text (its reasoning removed), each through the one record parser
-    (:func:`data_prep.io.loads_record`: no integer of more than 300 digits, no NaN or infinity, nesting bounded);
+    (:func:`core.io.loads_record`: no integer of more than 300 digits, no NaN or infinity, nesting bounded);
     None when any of them fails those bounds (the reply is unparseable, never an exception).
 
     A reply that is one JSON value (a structured reply, or one inside a code fence) is parsed as it is; otherwise

@@ -84,12 +84,12 @@ from typing import Protocol
 
 import numpy as np
 
+from core.errors import InputError
+from core.geometry import BBox, iou
+from core.io import loads_record
 from data_prep.cache import CachedDoc
-from data_prep.geometry import iou
 from data_prep.groundtruth import GroundTruth
-from data_prep.io import loads_record
 from data_prep.text import normalize_for_compare
-from data_prep.types import BBox, InputError
 
 log = logging.getLogger("reward.lat")
 

@@ -19,7 +19,7 @@ the registry what the form needs; it never compares a form's name.
 
 Failure policy. Misconfiguration (missing cache dir, unknown setting, unknown judge/resolver/form, a ground truth
 that does not unpack, a document missing from the cache, a judge that rejects every request of its first scored
-batch as malformed: HTTP 4xx other than 408/429, a non-chat reply) raises :class:`~data_prep.types.InputError` on
+batch as malformed: HTTP 4xx other than 408/429, a non-chat reply) raises :class:`~core.errors.InputError` on
 the first call that meets it. A bad response or an outage never raises: an unparseable response earns 0 (``format_ok = 0``, no judge
 call); a response whose quote embedding, resolution or judge call failed is *unscorable* and gets the mean reward
 (and mean judge scores) of the responses of its ``qid`` in the batch whose reward is known, i.e. judged ones and
@@ -65,11 +65,12 @@ from pathlib import Path
 
 import numpy as np
 
+from core.errors import InputError
+from core.geometry import BBox
 from data_prep.cache import CachedDoc, DocCache
 from data_prep.encoders import MemoEncoder
 from data_prep.encoders.qwen3vl import EmbeddingServerError
 from data_prep.groundtruth import GroundTruth, unpack_ground_truth
-from data_prep.types import BBox, InputError
 from reward.config import RewardConfig
 from reward.judge import (
     CONFIG_FAILURES,
@@ -242,7 +243,7 @@ def _report_outage(e: ServerOutageError) -> None:
     folder = os.environ.get(METRICS_DIR_ENV)
     if not folder:
         return
-    from data_prep.io import atomic_write_json
+    from core.io import atomic_write_json
 
     try:
         atomic_write_json(Path(folder) / SERVER_OUTAGE, {"time": round(time.time(), 3), **e.to_dict()})

@@ -38,8 +38,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data_prep.io import check_regular, loads_record, read_text
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import check_regular, loads_record, read_text
 from data_prep.validate import field_int, field_str
 from recipes.reader import RecipeError, dig, load_recipe
 from recipes.reader import Unset as _Unset

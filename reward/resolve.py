@@ -43,10 +43,11 @@ from typing import Protocol
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from core.errors import InputError
+from core.geometry import BBox
+from core.registry import Registry
 from data_prep.cache import CachedDoc
-from data_prep.registry import Registry
 from data_prep.text import tokenize
-from data_prep.types import BBox, InputError
 
 BM25_K1 = 1.2
 """BM25 term-frequency saturation."""

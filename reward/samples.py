@@ -21,8 +21,8 @@ import random
 import time
 from pathlib import Path
 
-from data_prep.io import atomic_write_bytes, atomic_write_json
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import atomic_write_bytes, atomic_write_json
 
 GRPO_EPS = 1e-6
 SAMPLES_DIR = "samples"

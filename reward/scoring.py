@@ -39,8 +39,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from data_prep.registry import REQUIRED, Registry
-from data_prep.types import InputError
+from core.errors import InputError
+from core.registry import REQUIRED, Registry
 from reward.judge import SCORE_MAX, JudgeScores
 
 

@@ -32,8 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from data_prep.errors import QuoteciteError
-from data_prep.types import InputError
+from core.errors import InputError, QuoteciteError
 
 log = logging.getLogger("reward")
 
@@ -44,7 +43,7 @@ HEALTH_BACKOFF_S: tuple[float, float] = (1.0, 30.0)
 class ServerOutageError(QuoteciteError):
     """A judge or embedding server stayed down past the outage budget (``judge_outage_s``). One line naming the
     server, its URL and the time waited; the training launch restarts the servers and resumes when the trainer
-    stops with it (``launch/grpo_8b.sh``). Not bad input: a :class:`~data_prep.errors.QuoteciteError`, so the
+    stops with it (``launch/grpo_8b.sh``). Not bad input: a :class:`~core.errors.QuoteciteError`, so the
     command lines print it as one line and the reward never counts it as a misconfigured input."""
 
     def __init__(self, what: str, url: str, waited_s: float, budget_s: float, detail: str = "") -> None:

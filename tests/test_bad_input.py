@@ -229,8 +229,8 @@ def test_crop_of_a_block_on_a_200000_pt_page_is_bounded(tmp_path):
 
 
 def test_crop_with_non_finite_box_is_an_input_error(sample_pdf):
+    from core.errors import InputError
     from data_prep.document import Document
-    from data_prep.types import InputError
 
     with Document.open(sample_pdf) as doc, pytest.raises(InputError, match="not 4 finite numbers"):
         doc.crop(1, (10, 10, float("inf"), 50))

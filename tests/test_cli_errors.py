@@ -6,10 +6,9 @@ import textwrap
 
 import pytest
 
-from data_prep.cli import main
-from data_prep.errors import QuoteciteError
-from data_prep.registry import Registry, UnknownNameError
-from data_prep.types import InputError
+from core.cli import main
+from core.errors import InputError, QuoteciteError
+from core.registry import Registry, UnknownNameError
 
 RAISES = {
     "input": "raise InputError('gold.jsonl:3: no field \"question\"')",
@@ -29,9 +28,9 @@ def commands(tmp_path, monkeypatch):
             f"""
             from pathlib import Path
 
-            from data_prep.errors import QuoteciteError
-            from data_prep.registry import Registry
-            from data_prep.types import InputError
+            from core.errors import QuoteciteError
+            from core.registry import Registry
+            from core.errors import InputError
 
 
             class Outage(QuoteciteError):

@@ -1,4 +1,5 @@
-"""The stages are layered: recipes <- data_prep <- reward <- eval <- quotecite (the whole-pipeline demo and the plug-in list)
+"""The stages are layered: core (the parts every stage shares: errors, registry, CLI dispatch, atomic io, box
+geometry) <- recipes <- data_prep <- reward <- eval <- quotecite (the whole-pipeline demo and the plug-in list)
 <- launch (the cluster scripts' Python: it may import any stage, and no stage imports it).
 No module imports from a stage above its own, at module level or inside a function."""
 
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ["recipes", "data_prep", "reward", "eval", "quotecite", "launch"]
-"""Bottom-up; ``recipes`` (the recipes and prompt files, and their lookup) imports no stage."""
+LAYERS = ["core", "recipes", "data_prep", "reward", "eval", "quotecite", "launch"]
+"""Bottom-up; ``core`` imports nothing of the project; ``recipes`` (the recipes and prompt files, and their lookup)
+imports only ``core``."""
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

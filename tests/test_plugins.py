@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.registry import PluginShapeError, Registry, UnknownNameError
 from data_prep.groundtruth import GroundTruth, pack_ground_truth
-from data_prep.registry import PluginShapeError, Registry, UnknownNameError
 from data_prep.sample import SAMPLE_FACTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -393,7 +393,7 @@ def test_the_plugins_command_lists_all_seven_throwaway_modules(plugin_module, tm
 
 
 def test_plugins_command_refuses_a_module_it_cannot_import(capsys):
-    from data_prep.types import InputError
+    from core.errors import InputError
     from quotecite.cmd_plugins import add_arguments, run
 
     p = argparse.ArgumentParser()
@@ -562,7 +562,7 @@ def test_command_line_choices_come_from_the_registries(registered):
 
 
 def test_eval_score_builds_a_url_free_judge_by_name_and_refuses_a_url_for_it(registered):
-    from data_prep.types import InputError
+    from core.errors import InputError
     from eval.cmd_score import add_arguments, make_judge
     from reward.judge import JUDGES
 
@@ -604,7 +604,7 @@ def test_lazy_entries_import_nothing_until_used():
     reg.add_lazy("missing", "no_such_module_qc:thing", summary="absent optional dependency")
     assert not reg.entry("json_dumps").loaded and reg.get("json_dumps") is json.dumps
     assert [r["name"] for r in reg.describe()] == ["json_dumps", "missing"]  # listing does not import it
-    from data_prep.types import InputError
+    from core.errors import InputError
 
     with pytest.raises(InputError, match="widget 'missing' cannot be loaded"):
         reg.get("missing")

@@ -10,9 +10,10 @@ from typing import Protocol
 
 import numpy as np
 
+from core.errors import InputError
+from core.registry import Registry
 from data_prep.document import Document
-from data_prep.registry import Registry
-from data_prep.types import Block, InputError
+from data_prep.types import Block
 
 
 class Encoder(Protocol):

@@ -32,9 +32,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from core.errors import InputError
 from data_prep.document import Document
 from data_prep.encoders import l2_normalize, torch_placement
-from data_prep.types import Block, InputError
+from data_prep.types import Block
 
 DEFAULT_MODEL = "vidore/colqwen2-v1.0-hf"
 DEFAULT_MAX_PIXELS = 768 * 28 * 28

@@ -44,10 +44,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from core.errors import InputError
+from core.geometry import BBox
 from data_prep.document import DEFAULT_CROP_DPI, Document
 from data_prep.encoders import l2_normalize, torch_placement
 from data_prep.encoders.minilm import block_text
-from data_prep.types import BBox, Block, InputError
+from data_prep.types import Block
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-Embedding-2B"
 DEFAULT_DOCUMENT_INSTRUCTION = "Represent the user's input."

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from core.registry import Registry
 from data_prep.document import Document
-from data_prep.registry import Registry
 from data_prep.types import Block
 
 
@@ -22,7 +22,7 @@ class Parser(Protocol):
 
     def parse(self, doc: Document, output: Path | None = None) -> list[Block]:
         """Blocks of ``doc``. ``output``: an existing output file of the underlying tool to convert instead of
-        running the tool. Raises :class:`~data_prep.types.InputError` when ``output`` belongs to another PDF."""
+        running the tool. Raises :class:`~core.errors.InputError` when ``output`` belongs to another PDF."""
 
 
 PARSERS: Registry[Parser] = Registry("parser", base=Parser, needs=("pdf", "output"))

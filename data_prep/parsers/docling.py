@@ -29,10 +29,11 @@ import logging
 import re
 from pathlib import Path
 
+from core.errors import InputError
+from core.geometry import BBox, finite_box, page_box
 from data_prep.document import Document
-from data_prep.geometry import finite_box, page_box
 from data_prep.text import token_f1, tokenize
-from data_prep.types import BBox, Block, InputError, renumber
+from data_prep.types import Block, renumber
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def _table_text(item: dict) -> str:
 
 def _bbox(prov: dict, page_height: float, source: str) -> BBox:
     """A prov's box in display points, top-left origin; not yet checked against the page (see
-    :func:`data_prep.geometry.page_box`), so a NaN or infinite coordinate passes through to be reported there."""
+    :func:`core.geometry.page_box`), so a NaN or infinite coordinate passes through to be reported there."""
     b = prov.get("bbox") or {}
     try:
         left, top, right, bottom = float(b["l"]), float(b["t"]), float(b["r"]), float(b["b"])
@@ -252,7 +253,7 @@ def convert_docling_dict(doc_json: dict, doc: Document, source: str) -> list[Blo
         b = blocks[bid]
         blocks[bid] = Block(b.block_id, b.page, b.bbox, b.type, b.text, (same_page or owner_ids)[0])
     # Boxes of rotated pages are checked first: boxes in the unrotated frame run off the page, and that check
-    # names the cause. Then the shared rule (data_prep.geometry): off the page is an error, a small overshoot is
+    # names the cause. Then the shared rule (core.geometry): off the page is an error, a small overshoot is
     # clipped, a region without area is dropped, as MinerU's converter does.
     _check_rotated_pages(blocks, doc, source)
     kept: list[Block] = []

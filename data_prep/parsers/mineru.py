@@ -45,8 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from core.errors import InputError
+from core.geometry import BBox, finite_box, page_box
 from data_prep.document import Document
-from data_prep.geometry import finite_box, page_box
 from data_prep.parsers.mineru_run import installed_version, run_mineru
 from data_prep.parsers.mineru_text import (  # noqa: F401  (html_table_text, latex_plain: part of this module's API)
     _inline_text,
@@ -56,7 +57,7 @@ from data_prep.parsers.mineru_text import (  # noqa: F401  (html_table_text, lat
     html_table_text,
     latex_plain,
 )
-from data_prep.types import BBox, Block, InputError, renumber
+from data_prep.types import Block, renumber
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +329,7 @@ class MinerUParser:
             )
 
     def _finish(self, doc: Document, outs: list[_Out], source: Path | str) -> list[Block]:
-        """Check boxes against their page by the shared rule (:func:`data_prep.geometry.page_box`: a NaN or
+        """Check boxes against their page by the shared rule (:func:`core.geometry.page_box`: a NaN or
         infinite coordinate or a box off the page is an error, a small overshoot is clipped, a region without area
         is dropped), fill empty table/equation text, number 0..N-1."""
         blocks: list[Block] = []

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from data_prep.types import InputError
+from core.errors import InputError
 
 
 @contextlib.contextmanager

@@ -24,9 +24,11 @@ import numpy as np
 import pypdfium2 as pdfium
 from scipy import ndimage
 
+from core.errors import InputError
+from core.geometry import BBox, clip_bbox
 from data_prep.document import SOFT_HYPHEN, Document, TextLine
 from data_prep.text import is_cjk, tokenize
-from data_prep.types import BBox, Block, InputError, clip_bbox, renumber
+from data_prep.types import Block, renumber
 
 PDFTEXT_VERSION = 2
 """Bumped whenever a change may change the blocks this parser returns (it is part of the cache key)."""

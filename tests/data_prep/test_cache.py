@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 from reportlab.pdfgen import canvas
 
+from core.errors import InputError
 from data_prep.cache import CacheError, build_cache, list_cache, load_cache, make_doc_key
 from data_prep.document import Document
 from data_prep.encoders import get_encoder
 from data_prep.parsers import get_parser
-from data_prep.types import Block, InputError
+from data_prep.types import Block
 
 
 def write_pdf(path: Path, lines_per_page: list[list[str]]) -> Path:
@@ -577,7 +578,7 @@ def _enospc_after(monkeypatch, n_bytes: int) -> None:
 def test_full_disk_during_a_build_is_one_line_and_keeps_the_old_entry(
     pdf, pdftext, minilm, tmp_path, monkeypatch, fails_on
 ):
-    from data_prep.io import OutputError
+    from core.io import OutputError
 
     old = build_cache(pdf, pdftext, minilm, tmp_path)
     sizes = [(old.path / f).stat().st_size for f in ("blocks.jsonl", "embeddings.npy")]

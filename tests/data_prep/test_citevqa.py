@@ -8,6 +8,8 @@ import math
 
 import pytest
 
+from core.cli import main as cli_main
+from core.errors import InputError
 from data_prep.__main__ import COMMANDS
 from data_prep.citevqa import (
     convert_raw,
@@ -18,9 +20,7 @@ from data_prep.citevqa import (
     release_box_to_points,
     release_scale,
 )
-from data_prep.cli import main as cli_main
 from data_prep.document import Document
-from data_prep.types import InputError
 from eval.schemas import read_gold
 from tests.conftest import fixture_path
 

@@ -21,8 +21,8 @@ import sys
 import httpx
 import pytest
 
+from core.cli import main as cli_main
 from data_prep.cache import build_cache
-from data_prep.cli import main as cli_main
 from data_prep.types import Block
 from eval.__main__ import COMMANDS
 from eval.schemas import write_jsonl

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from reportlab.pdfgen import canvas
 
+from core.cli import main
 from data_prep.__main__ import COMMANDS
 from data_prep.cache import load_cache, make_doc_key
-from data_prep.cli import main
 from data_prep.document import sha256_file
 from data_prep.encoders import get_encoder
 from data_prep.parsers import get_parser

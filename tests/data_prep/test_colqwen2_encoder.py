@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_prep.types import InputError
+from core.errors import InputError
 
 transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "ColQwen2ForRetrieval"):

@@ -9,12 +9,12 @@ from collections import Counter
 import pytest
 from reportlab.pdfgen import canvas as rl_canvas
 
+from core.errors import InputError
 from data_prep.document import Document
 from data_prep.parsers import get_parser
 from data_prep.parsers.docling import DoclingParser, convert_docling_dict
 from data_prep.parsers.pdftext import PdfTextParser
 from data_prep.text import token_f1, tokenize
-from data_prep.types import InputError
 from tests.conftest import fixture_path
 from tests.data_prep.test_rotation import BLACK_TEXT, RED_TEXT, _rotated_pdf
 

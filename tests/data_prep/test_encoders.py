@@ -13,11 +13,12 @@ import pytest
 from PIL import Image
 from reportlab.pdfgen import canvas
 
+from core.errors import InputError
 from data_prep.document import Document
 from data_prep.encoders import encoder_names, get_encoder, l2_normalize, torch_placement
 from data_prep.encoders.minilm import block_text
 from data_prep.encoders.qwen3vl import DEFAULT_DOCUMENT_INSTRUCTION, DEFAULT_QUERY_INSTRUCTION, EmbeddingServerError
-from data_prep.types import Block, InputError
+from data_prep.types import Block
 from tests.support.openai_server import Reply, ScriptedOpenAIServer, embeddings_response
 
 

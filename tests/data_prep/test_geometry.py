@@ -1,4 +1,4 @@
-"""One rule for a parser's box on its page (data_prep/geometry.py), applied the same way by the MinerU and Docling
+"""One rule for a parser's box on its page (core/geometry.py), applied the same way by the MinerU and Docling
 converters and by the cache's own check: the same geometric problem in either converter's output gets the same
 outcome (refused with the same one-line reason, clipped to the same box, or dropped)."""
 
@@ -12,20 +12,21 @@ from pathlib import Path
 import pytest
 from reportlab.pdfgen import canvas
 
-import data_prep.geometry
+import core.geometry
+from core.errors import InputError
+from core.geometry import page_box
 from data_prep.cache import validate_blocks
 from data_prep.document import Document
-from data_prep.geometry import page_box
 from data_prep.parsers.docling import DoclingParser
 from data_prep.parsers.mineru import MinerUParser
-from data_prep.types import Block, InputError
+from data_prep.types import Block
 
 W, H = 600.0, 800.0
 NAN, INF = float("nan"), float("inf")
 
 
 def test_docstring_examples_run():
-    result = doctest.testmod(data_prep.geometry)
+    result = doctest.testmod(core.geometry)
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -119,4 +120,4 @@ def test_tolerance_grows_with_the_page():
     assert page_box((0, 0, 10_100, 50), 1, (10_000.0, 10_000.0), "big.json") == (0.0, 0.0, 10_000.0, 50.0)
     with pytest.raises(InputError, match="by 101 pt"):
         page_box((0, 0, 10_101, 50), 1, (10_000.0, 10_000.0), "big.json")
-    assert math.isclose(data_prep.geometry.overshoot_tolerance(100.0), data_prep.geometry.BBOX_TOLERANCE)
+    assert math.isclose(core.geometry.overshoot_tolerance(100.0), core.geometry.BBOX_TOLERANCE)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from core.cli import main as cli_main
+from core.errors import InputError
 from data_prep.cache import load_cache
-from data_prep.cli import main as cli_main
 from data_prep.document import Document
 from data_prep.longdocurl import (
     CACHE_FAILED,
@@ -42,7 +43,6 @@ from data_prep.longdocurl import (
     split_by_document,
 )
 from data_prep.qwen_tokens import PromptBudget, fitted_size
-from data_prep.types import InputError
 from tests.conftest import fixture_path
 
 PIXELS = 20_000  # per-page budget of the tests (the real one is 1e6)

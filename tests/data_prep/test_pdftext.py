@@ -12,11 +12,11 @@ from reportlab.lib.utils import simpleSplit
 from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfgen import canvas as rl_canvas
 
+from core.errors import InputError
 from data_prep.document import Document, clean_layer_text
 from data_prep.parsers import get_parser
 from data_prep.parsers.pdftext import _CAPTION_RE, PdfTextParser, join_lines
 from data_prep.sample import SAMPLE_FACTS
-from data_prep.types import InputError
 from tests.conftest import fixture_path
 
 

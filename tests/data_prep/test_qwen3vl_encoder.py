@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 from reportlab.pdfgen import canvas
 
+from core.errors import InputError
 from data_prep.document import Document
 from data_prep.encoders import get_encoder
 from data_prep.encoders.qwen3vl import (
@@ -21,7 +22,7 @@ from data_prep.encoders.qwen3vl import (
     render_prompt,
     widen_bbox,
 )
-from data_prep.types import Block, InputError
+from data_prep.types import Block
 from tests.support.tiny_qwen3vl import HIDDEN, MERGE, SMALL_PIXELS, write_checkpoint
 
 

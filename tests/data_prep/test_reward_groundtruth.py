@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from core.errors import InputError
 from data_prep.groundtruth import GroundTruth, pack_ground_truth, unpack_ground_truth
-from data_prep.types import InputError
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ import pytest
 from reportlab.lib.pagesizes import A4
 from reportlab.pdfgen import canvas as rl_canvas
 
+from core.geometry import clip_bbox
 from data_prep.document import Document
 from data_prep.parsers.pdftext import PdfTextParser
-from data_prep.types import clip_bbox
 
 RED_TEXT = "Red evidence here"  # short: its mirror image must not overlap it
 BLACK_TEXT = "A black line of ordinary text lies below the red sentence"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
+from core.cli import main
 from data_prep.__main__ import COMMANDS
 from data_prep.cache import build_cache
-from data_prep.cli import main
 from data_prep.document import Document
 from data_prep.parsers import get_parser
 from data_prep.show import TYPE_COLORS, ShowConfig, draw_blocks, render_document_blocks, render_page_blocks

@@ -13,8 +13,9 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
+from core.errors import InputError
 from data_prep.document import Document  # noqa: E402
-from data_prep.types import Block, InputError  # noqa: E402
+from data_prep.types import Block  # noqa: E402
 from eval.attention import (  # noqa: E402
     AttentionRecorder,
     HeadSet,
@@ -246,8 +247,8 @@ def test_head_set_round_trip_and_bad_files(tmp_path):
 
 # --------------------------------------------------------------------------------------------- eval infer
 def test_eval_infer_attention_builds_saves_and_reuses_the_head_set(tiny, sample_pdf, tmp_path, capsys):
+    from core.cli import main as cli_main
     from data_prep.cache import build_cache
-    from data_prep.cli import main as cli_main
     from data_prep.encoders import get_encoder
     from data_prep.parsers import get_parser
     from data_prep.sample import SAMPLE_FACTS

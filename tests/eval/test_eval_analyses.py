@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from data_prep.types import Block, InputError
+from core.errors import InputError
+from data_prep.types import Block
 from eval.analyses import (
     AnalysisConfig,
     breakdown,

@@ -8,7 +8,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from data_prep.cli import main as cli_main
+from core.cli import main as cli_main
 from eval.__main__ import COMMANDS
 from eval.compare import compare, load_per_question, mcnemar_exact, paired_bootstrap, paired_bootstrap_ratio
 from eval.schemas import write_jsonl

@@ -12,11 +12,12 @@ from collections import Counter
 import pytest
 
 import eval.convert as convert_mod
+from core.cli import main as cli_main
+from core.errors import InputError
 from data_prep.cache import build_cache
-from data_prep.cli import main as cli_main
 from data_prep.document import Document
 from data_prep.sample import SAMPLE_FACTS, write_sample_pdf
-from data_prep.types import Block, InputError
+from data_prep.types import Block
 from eval.__main__ import COMMANDS
 from eval.convert import Converter, DocInfo, convert_file, page_image_size, parse_lat_response
 from eval.schemas import Element, Gold, write_jsonl

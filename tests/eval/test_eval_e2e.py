@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from core.cli import main as cli_main
 from data_prep.cache import build_cache
-from data_prep.cli import main as cli_main
 from eval.__main__ import COMMANDS
 from eval.schemas import write_jsonl
 from tests.conftest import fixture_path

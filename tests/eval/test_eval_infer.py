@@ -10,9 +10,9 @@ from types import ModuleType, SimpleNamespace
 import pytest
 from PIL import Image
 
-from data_prep.cli import main as cli_main
+from core.cli import main as cli_main
+from core.errors import InputError
 from data_prep.document import Document
-from data_prep.types import InputError
 from eval.__main__ import COMMANDS
 from eval.infer import (
     GenRequest,

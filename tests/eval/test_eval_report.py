@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from data_prep.cli import main as cli_main
+from core.cli import main as cli_main
 from eval.__main__ import COMMANDS
 from eval.schemas import write_json, write_jsonl
 from eval.tables import main_table, tables_markdown, threshold_table

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+from core.cli import main as cli_main
+from core.errors import InputError
 from data_prep.cache import DocCache, build_cache
-from data_prep.cli import main as cli_main
-from data_prep.types import Block, InputError
+from data_prep.types import Block
 from eval.__main__ import COMMANDS
 from eval.cmd_resolve import Resolver, resolve_file
 from eval.schemas import Gold, Prediction, read_predictions, write_jsonl

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from data_prep.types import InputError
+from core.errors import InputError
 from eval.schemas import (
     append_jsonl,
     gold_from_json,

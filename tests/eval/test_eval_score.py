@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from core.cli import main as cli_main
 from data_prep.cache import build_cache
-from data_prep.cli import main as cli_main
 from data_prep.types import Block
 from eval.__main__ import COMMANDS
 from eval.schemas import write_jsonl
@@ -341,7 +341,7 @@ JUDGE_RUNS = [
 def test_only_a_judge_that_never_answered_and_rejects_a_whole_batch_stops_scoring(files, cache, monkeypatch, reply,
                                                                                   batch, failures):  # fmt: skip
     import eval.cmd_score as cmd_score
-    from data_prep.types import InputError
+    from core.errors import InputError
 
     g, _ = files
     monkeypatch.setattr(cmd_score, "JUDGE_BATCH", batch)

@@ -10,8 +10,8 @@ from data_prep.sample import SAMPLE_FACTS
 
 
 def test_report_runs_shows_every_interface_with_ours_and_the_rivals_metrics(sample_pdf, tmp_path, capsys):
+    from core.cli import main as cli_main
     from data_prep.cache import DocCache, build_cache
-    from data_prep.cli import main as cli_main
     from data_prep.encoders import get_encoder
     from data_prep.parsers import get_parser
     from eval.__main__ import COMMANDS

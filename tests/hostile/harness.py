@@ -3,7 +3,7 @@
 A **command** is either a command line (``["reward", "score", "--inputs", "{tmp}/in.jsonl", ...]``: the first word
 names the program, ``python -m data_prep|reward|eval``, the rest is its argv; ``{name}`` fields are filled from
 :attr:`Ctx.vars`, ``{tmp}`` is the case's own folder) or a callable ``command(ctx) -> value`` for a library entry
-point (the judge client). Command lines run in-process through the real dispatcher (:func:`data_prep.cli.main`)
+point (the judge client). Command lines run in-process through the real dispatcher (:func:`core.cli.main`)
 with stdout and stderr captured, exactly as ``python -m`` would run them, only without a new interpreter.
 
 An **expectation** is one of :func:`clean_error` (non-zero exit, no traceback, one ``error:`` line holding the
@@ -155,7 +155,7 @@ PROGRAMS = {"data_prep": "data_prep.__main__", "reward": "reward.__main__", "eva
 
 def run_cli(argv: Sequence[str]) -> Result:
     """Run ``python -m argv[0] argv[1:]`` in-process through the real dispatcher; capture everything."""
-    from data_prep.cli import main
+    from core.cli import main
 
     prog, rest = argv[0], [str(a) for a in argv[1:]]
     mod = importlib.import_module(PROGRAMS[prog])
@@ -176,7 +176,7 @@ def run_cli(argv: Sequence[str]) -> Result:
 def run_callable(fn: Callable[[Ctx], Any], ctx: Ctx) -> Result:
     """A library entry point: returns a value (success), raises InputError (a clean error) or anything else
     (a crash)."""
-    from data_prep.types import InputError
+    from core.errors import InputError
 
     t0 = time.perf_counter()
     out, err = io.StringIO(), io.StringIO()

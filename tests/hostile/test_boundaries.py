@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_prep.types import InputError
+from core.errors import InputError
 from tests.hostile.harness import Case, clean_error, ids, run_case, value
 
 HYP = settings(
@@ -379,7 +379,7 @@ RECIPE_CASES = [Case(f"recipe-{k}", load_recipe_cmd(k), clean_error(ph)) for k, 
 
 def yaml_io_cmd(kind: str):
     def cmd(c):
-        from data_prep.io import read_yaml
+        from core.io import read_yaml
 
         p = c.tmp / "x.yaml"
         p.write_bytes(recipe_text(kind))

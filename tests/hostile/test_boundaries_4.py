@@ -33,7 +33,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_prep.types import InputError
+from core.errors import InputError
 from tests.hostile import harness
 from tests.hostile.harness import Case, clean_error, ids, run_case, success, value
 from tests.hostile.test_boundaries import HANG_S, HYP, RECORD_SLOTS, fresh, hostile_number, make_special, slot_setup

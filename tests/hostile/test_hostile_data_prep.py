@@ -373,7 +373,7 @@ def cli_under(fault, argv: list[str]):
     crash, an error line stays an error line)."""
 
     def command(c: Ctx):
-        from data_prep.types import InputError
+        from core.errors import InputError
 
         with fault(c):
             res = run_cli([a.format(tmp=c.tmp, **c.vars) if isinstance(a, str) else a for a in argv])

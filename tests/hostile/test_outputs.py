@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep import io as qio
+from core import io as qio
 from tests.hostile.harness import run_cli
 
 
@@ -220,7 +220,7 @@ def test_a_kill_mid_eval_score_leaves_the_previous_complete_folder(hostile_env, 
 
     monkeypatch.setattr(report, "write_report", killed)
     with pytest.raises(KeyboardInterrupt):
-        from data_prep.cli import main
+        from core.cli import main
         from eval.__main__ import COMMANDS
 
         main("eval", "", COMMANDS, ["score", "--gold", str(hostile_env.gold), "--pred", str(other), "--out", str(out)])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.types import InputError
+from core.errors import InputError
 from launch.allocation import (
     JobShape,
     clean_submit_env,

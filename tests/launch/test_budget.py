@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.types import InputError
+from core.errors import InputError
 from launch import budget
 from launch.budget import (
     GIB,

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.cli import main as cli_main
+from core.cli import main as cli_main
+from core.errors import InputError
 from data_prep.shards import Shard, shard_of
-from data_prep.types import InputError
 from eval.infer import merge_shards, shard_file
 from eval.schemas import Element, Gold
 from tests.conftest import REPO

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.cli import main as cli_main
+from core.cli import main as cli_main
+from core.errors import InputError
 from data_prep.shards import Shard, shard_of
-from data_prep.types import InputError
 from tests.conftest import FIXTURES, REPO
 from tests.data_prep.test_longdocurl import longdocurl_records, write_jsonl, write_pdf
 from tests.support.slurm import slurm_reason, wait_for

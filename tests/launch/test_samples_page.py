@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from data_prep.types import InputError
+from core.errors import InputError
 from launch.samples_page import collect_steps, write_samples_page
 from reward.samples import SampleWriter
 

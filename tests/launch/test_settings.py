@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.types import InputError
+from core.errors import InputError
 from launch import settings
 from launch.settings import (
     BY_NAME,

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.errors import InputError
 from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.sample import SAMPLE_FACTS
-from data_prep.types import InputError
 from reward.config import RewardConfig
 from reward.lat import (
     LAT_KEYS,
@@ -435,7 +435,7 @@ def test_each_batch_appends_its_counters_for_the_launch(plugin, cache, tmp_path,
 
 # --------------------------------------------------------------------------------------------- python -m reward score
 def _score_cli(tmp_path, cache, rows, *extra):
-    from data_prep.cli import main
+    from core.cli import main
     from reward.__main__ import COMMANDS
 
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"

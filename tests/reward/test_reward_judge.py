@@ -13,7 +13,7 @@ import time
 import pytest
 from PIL import Image
 
-from data_prep.types import InputError
+from core.errors import InputError
 from reward.judge import (
     HttpJudge,
     JudgePrompt,

@@ -13,11 +13,10 @@ import time
 import numpy as np
 import pytest
 
+from core.errors import InputError, QuoteciteError
 from data_prep.cache import CacheError
-from data_prep.errors import QuoteciteError
 from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.sample import SAMPLE_FACTS
-from data_prep.types import InputError
 from reward.config import RewardConfig
 from reward.judge import crop_pngs
 from reward.pipeline import RewardScorer
@@ -443,7 +442,7 @@ def test_crops_have_the_block_size_at_the_requested_dpi(cache):
 
 # --------------------------------------------------------------------------------------------- CLI and demo
 def test_cli_scores_a_jsonl_file(cache, tmp_path, capsys):
-    from data_prep.cli import main
+    from core.cli import main
     from reward.__main__ import COMMANDS
 
     g = gt(cache)
@@ -615,7 +614,7 @@ def test_groups_are_found_by_qid_wherever_their_responses_sit(cache):
 
 
 def test_cli_scores_a_group_together_even_when_its_lines_are_apart(cache, tmp_path):
-    from data_prep.cli import main
+    from core.cli import main
     from reward.__main__ import COMMANDS
 
     def handler(path, body, n):
@@ -759,7 +758,7 @@ def test_training_batch_records_replay_the_filter_across_attempts(cache, tmp_pat
 
 
 def test_cli_waits_judge_outage_s_for_a_dead_judge_then_stops_with_one_line(cache, tmp_path, capsys):
-    from data_prep.cli import main
+    from core.cli import main
     from reward.__main__ import COMMANDS
 
     with socket.socket() as sock:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from data_prep.cli import main as cli_main
+from core.cli import main as cli_main
 from data_prep.groundtruth import pack_ground_truth, unpack_ground_truth
 from recipes.reader import apply_overrides, resolve_env
 from reward.config import RewardConfig

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.types import InputError
+from core.errors import InputError
 from reward.config import RewardConfig
 from reward.judge import HttpJudge, JudgeRequest, JudgeScores
 from reward.servers import ServerOutageError, UrlListAction, parse_urls

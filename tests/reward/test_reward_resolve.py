@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.errors import InputError
 from data_prep.cache import CachedDoc
 from data_prep.text import token_f1, tokenize
-from data_prep.types import Block, InputError
+from data_prep.types import Block
 from reward.resolve import (
     Citation,
     assign,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from data_prep.types import InputError
+from core.errors import InputError
 from reward.config import DEFAULT_JUDGE_MODEL, RewardConfig
 from reward.judge import JudgeScores
 from reward.scoring import BREAKDOWN_KEYS, REWARD_FORMS, CitedEvidence, RewardBreakdown, get_reward_form

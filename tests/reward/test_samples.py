@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import InputError
 from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.sample import SAMPLE_FACTS
-from data_prep.types import InputError
 from reward.config import RewardConfig
 from reward.pipeline import RewardScorer
 from reward.samples import WANDB_COLUMNS, SampleWriter, grpo_advantages, load_steps, log_to_wandb, wandb_rows

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from core.cli import main as cli_main
 from data_prep.cache import build_cache
-from data_prep.cli import main as cli_main
 from data_prep.document import Document
 from eval.__main__ import COMMANDS
 from eval.infer import GenRequest, InferConfig, PromptTemplate, page_images

@@ -31,7 +31,7 @@ lists every registry.
 >>> r.get("pdftxt")
 Traceback (most recent call last):
 ...
-data_prep.registry.UnknownNameError: unknown parser 'pdftxt'; did you mean 'pdftext'? (known: pdftext)
+core.registry.UnknownNameError: unknown parser 'pdftxt'; did you mean 'pdftext'? (known: pdftext)
 >>> r.needs("pdftext", "colour")
 Traceback (most recent call last):
 ...
@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from data_prep.types import InputError
+from core.errors import InputError
 
 T = TypeVar("T")
 

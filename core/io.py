@@ -9,7 +9,7 @@
 * Output folders written as one unit (:func:`atomic_dir`): built beside the target and swapped in, so a reused
   folder keeps no stale file and a killed run leaves the previous complete set.
 * :func:`read_jsonl`: the one JSONL reader; bad bytes, bad JSON or a non-object line raise
-  :class:`~data_prep.types.InputError` naming the file and line.
+  :class:`~core.errors.InputError` naming the file and line.
 * Command-line value types that refuse NaN, infinities and out-of-range numbers live in :mod:`data_prep.validate`.
 * :func:`loads_record`: the one JSON parser of records: integers of more than :data:`MAX_INT_DIGITS` digits,
   numbers that overflow to infinity and ``NaN``/``Infinity`` are refused (:class:`InputError` naming where), so no
@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from data_prep.types import InputError
+from core.errors import InputError
 
 WRITE_ERRNOS: frozenset[int] = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EFBIG,
@@ -412,7 +412,7 @@ def loads_record(text: str, where: str) -> Any:
     >>> loads_record('{"page": NaN}', "f:1")
     Traceback (most recent call last):
     ...
-    data_prep.types.InputError: f:1: NaN is not a finite number (NaN and infinities are refused)
+    core.errors.InputError: f:1: NaN is not a finite number (NaN and infinities are refused)
     """
     if not _depth_ok(text, MAX_JSON_DEPTH):
         raise InputError(f"{where}: JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)")
@@ -431,16 +431,61 @@ def read_json(path: str | Path, what: str = "") -> Any:
     return loads_record(read_text(path, what), str(path))
 
 
-def load_yaml_text(text: str, where: str) -> Any:
-    """``yaml.safe_load`` with bounds (:func:`recipes.reader.safe_yaml`: nesting deeper than :data:`MAX_YAML_DEPTH`
-    and documents expanding, aliases counted each time they are used, to more than :data:`MAX_YAML_NODES` nodes are
-    refused), its errors as :class:`InputError` naming ``where``."""
-    from recipes.reader import RecipeError, safe_yaml
+def safe_yaml(text: str, where: str, max_depth: int = MAX_YAML_DEPTH, max_nodes: int = MAX_YAML_NODES) -> Any:
+    """The one YAML loader: ``yaml.safe_load`` of ``text`` that refuses (:class:`~core.errors.InputError` naming ``where``)
+    YAML that does not parse, nesting deeper than ``max_depth`` and a document that expands (each use of an alias
+    counted) to more than ``max_nodes`` nodes: an alias bomb is refused before it is built.
+
+    >>> safe_yaml("a: &x [1, 2]\\nb: *x", "r.yaml")
+    {'a': [1, 2], 'b': [1, 2]}
+    """
+    import yaml
 
     try:
-        return safe_yaml(text, where, max_depth=MAX_YAML_DEPTH, max_nodes=MAX_YAML_NODES)
-    except RecipeError as e:
-        raise InputError(str(e)) from None
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        raise InputError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise InputError(f"{where}: YAML nested too deeply") from None
+    if node is None:
+        return None
+    # count nodes as they would be expanded; memoise per node the expanded size
+    sizes: dict[int, int] = {}
+    stack = [(node, 1, False)]
+    while stack:
+        n, depth, done = stack.pop()
+        if depth > max_depth:
+            raise InputError(f"{where}: YAML nested more than {max_depth} deep")
+        if id(n) in sizes and not done:
+            continue
+        children = []
+        if isinstance(n, yaml.SequenceNode):
+            children = list(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            children = [c for kv in n.value for c in kv]
+        if not done and children:
+            stack.append((n, depth, True))
+            stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
+            continue
+        total = 1 + sum(sizes.get(id(c), 1) for c in children)
+        if total > max_nodes:
+            raise InputError(f"{where}: YAML expands to more than {max_nodes} nodes (an alias bomb?)")
+        sizes[id(n)] = total
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise InputError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise InputError(f"{where}: YAML nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml_text(text: str, where: str) -> Any:
+    """:func:`safe_yaml` with this module's bounds (nesting deeper than :data:`MAX_YAML_DEPTH`, documents expanding,
+    aliases counted each time they are used, to more than :data:`MAX_YAML_NODES` nodes are refused)."""
+    return safe_yaml(text, where, max_depth=MAX_YAML_DEPTH, max_nodes=MAX_YAML_NODES)
 
 
 def read_yaml(path: str | Path, what: str = "") -> Any:
@@ -466,7 +511,7 @@ def safe_component(name: object, what: str = "a name") -> str:
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line number, object)`` for each non-blank line of a JSONL file (a UTF-8 byte-order mark is
     allowed). A missing file, a folder, bytes that are not UTF-8, a line that is not JSON or not an object raise
-    :class:`~data_prep.types.InputError` naming the file and line."""
+    :class:`~core.errors.InputError` naming the file and line."""
     path = Path(path)
     f = open_regular(path)
     with f:

@@ -2,9 +2,9 @@
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``; modules are
 imported only when their command runs, so ``--help`` stays fast and a GPU-only import never breaks the others.
-Our own errors (:class:`~data_prep.errors.QuoteciteError`: bad input is its subclass
-:class:`~data_prep.types.InputError`, an unknown plug-in name :class:`~data_prep.registry.UnknownNameError`), a
-missing file and a write the system refuses (a full disk, a read-only folder: :data:`data_prep.io.WRITE_ERRNOS`)
+Our own errors (:class:`~core.errors.QuoteciteError`: bad input is its subclass
+:class:`~core.errors.InputError`, an unknown plug-in name :class:`~core.registry.UnknownNameError`), a
+missing file and a write the system refuses (a full disk, a read-only folder: :data:`core.io.WRITE_ERRNOS`)
 print one line ``error: ...`` and exit 2; anything else (a ``KeyError`` or ``TypeError`` from a bug included) is a
 bug and keeps its traceback.
 """
@@ -15,7 +15,7 @@ import argparse
 import importlib
 import sys
 
-from data_prep.errors import QuoteciteError
+from core.errors import QuoteciteError
 
 
 def main(prog: str, description: str, commands: dict[str, tuple[str, str]], argv: list[str] | None = None) -> int:
@@ -46,7 +46,7 @@ def main(prog: str, description: str, commands: dict[str, tuple[str, str]], argv
         print(f"{prog} {argv[0]}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        from data_prep.io import WRITE_ERRNOS
+        from core.io import WRITE_ERRNOS
 
         if e.errno not in WRITE_ERRNOS:
             raise  # anything else is a bug: its traceback is wanted

@@ -3,7 +3,7 @@ and by the cache's own check of a parse.
 
 A box ``(x0, y0, x1, y1)`` in display points (top-left origin) of a page ``width`` x ``height`` points is:
 
-* **refused** (:class:`~data_prep.types.InputError` naming the source, the page and the box) when a coordinate is
+* **refused** (:class:`~core.errors.InputError` naming the source, the page and the box) when a coordinate is
   not a finite number (NaN, an infinity: a converter must never turn ``inf`` into "the page edge", which would be a
   made-up full-width box), or when it runs off the page by more than :func:`overshoot_tolerance` (a negative
   coordinate, a box past the right or bottom edge: the output of another PDF, or another unit);
@@ -23,7 +23,7 @@ True
 >>> page_box((10, 20, float("inf"), 40), 3, (200.0, 100.0), "out.json")
 Traceback (most recent call last):
 ...
-data_prep.types.InputError: out.json: page 3: bbox (10, 20, inf, 40) has a coordinate that is not a finite number
+core.errors.InputError: out.json: page 3: bbox (10, 20, inf, 40) has a coordinate that is not a finite number
 """
 
 from __future__ import annotations
@@ -31,13 +31,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from data_prep.types import BBox, InputError
+from core.errors import InputError
 
 BBOX_TOLERANCE = 2.0
 """Points by which a box may run off its page before it is an error (at least; see :func:`overshoot_tolerance`)."""
 
 RELATIVE_TOLERANCE = 0.01
 """Share of the page side by which a box may run off the page (normalised coordinates rounded outward)."""
+
+BBox = tuple[float, float, float, float]
+"""``(x0, y0, x1, y1)`` in PDF points, top-left origin of the page as displayed (:mod:`data_prep.types`)."""
 
 MIN_SIDE = 0.5
 """A box narrower or lower than this many points after clipping has no area and is dropped."""
@@ -71,7 +74,7 @@ def _fmt(bbox: Sequence) -> str:
 
 def finite_box(bbox: Sequence, page: int, source: str, what: str = "") -> BBox:
     """The first half of the rule: ``bbox`` as 4 finite floats with its corners in order; raises
-    :class:`~data_prep.types.InputError` when it is not 4 numbers or a coordinate is NaN or infinite."""
+    :class:`~core.errors.InputError` when it is not 4 numbers or a coordinate is NaN or infinite."""
     where = f"{source}: page {page}: {what + ' ' if what else ''}"
     if not (isinstance(bbox, Sequence) and not isinstance(bbox, str) and len(bbox) == 4):
         raise InputError(f"{where}bbox {bbox!r} is not 4 numbers")
@@ -88,7 +91,7 @@ def page_box(bbox: Sequence, page: int, page_size: tuple[float, float], source: 
     """Apply the rule (module docstring) to ``bbox`` on 1-based ``page`` of ``page_size`` ``(width, height)``.
 
     Returns the box clipped to the page, or None when it has no area there; raises
-    :class:`~data_prep.types.InputError` ``"{source}: page {page}: {what} bbox ... "`` when it is not 4 finite
+    :class:`~core.errors.InputError` ``"{source}: page {page}: {what} bbox ... "`` when it is not 4 finite
     numbers or runs off the page beyond the tolerance."""
     x0, y0, x1, y1 = finite_box(bbox, page, source, what)
     w, h = page_size
@@ -104,4 +107,12 @@ def page_box(bbox: Sequence, page: int, page_size: tuple[float, float], source: 
     y0, y1 = min(max(y0, 0.0), h), min(max(y1, 0.0), h)
     if x1 - x0 < MIN_SIDE or y1 - y0 < MIN_SIDE:
         return None
+    return (x0, y0, x1, y1)
+
+
+def clip_bbox(bbox: BBox, width: float, height: float) -> BBox:
+    """Clip a top-left-origin bbox (points) to a page of ``width`` x ``height`` points."""
+    x0, y0, x1, y1 = bbox
+    x0, x1 = sorted((min(max(x0, 0.0), width), min(max(x1, 0.0), width)))
+    y0, y1 = sorted((min(max(y0, 0.0), height), min(max(y1, 0.0), height)))
     return (x0, y0, x1, y1)
