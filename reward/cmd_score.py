@@ -11,13 +11,13 @@ file (however spelled) is refused. A run whose judge produced no score at all (e
 failed with 5xx/429, or answered with no valid score) writes nothing and exits 2 with one line saying why: every
 reward would be 0 or a group mean of nothing. (The training plugin keeps its own outage policy.)
 
-``--reward-form lat`` scores with LAT's rule-based Chain-of-Evidence reward (:mod:`reward.lat`, as the plugin does
-for ``reward_form: lat``): no judge is called, the step similarities come from the cache's encoder (``--encoder``,
-``--embed-url``), ``--lat KEY=VALUE`` overrides a constant of :class:`reward.lat.LatSettings`, and each output line
-is the LAT breakdown plus ``citations``: every box of the chain that lands on a page (``[{page, bbox, role, text}]``,
-``role`` ``step`` or ``answer``). ``--recipe`` takes the reward settings of an EasyR1 recipe
-(``worker.reward.reward_function_kwargs``, e.g. ``recipes/qwen3vl_8b_lat.yaml``); the options given on the command
-line override it.
+``--reward-form lat`` scores with LAT's rule-based Chain-of-Evidence reward (:mod:`reward.lat`, a form of the same
+scorer, as the plugin does for ``reward_form: lat``): no judge is called, the step similarities come from the
+cache's encoder (``--encoder``, ``--embed-url``), ``--lat KEY=VALUE`` overrides a constant of
+:class:`reward.lat.LatSettings`, and each output line is the LAT breakdown plus ``citations``: every box of the
+chain that lands on a page (``[{page, bbox, role, text}]``, ``role`` ``step`` or ``answer``). ``--recipe`` takes
+the reward settings of an EasyR1 recipe (``worker.reward.reward_function_kwargs``, e.g.
+``recipes/qwen3vl_8b_lat.yaml``); the options given on the command line override it.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ import argparse
 import json
 from pathlib import Path
 
-from data_prep.io import atomic_write_text, read_jsonl, refuse_output_over_inputs
-from data_prep.types import InputError
+from core.errors import InputError
+from core.io import atomic_write_text, read_jsonl, refuse_output_over_inputs
 from data_prep.validate import bounded_int, finite
 from reward.config import RewardConfig
 from reward.judge import CLI_OUTAGE_S, JUDGES, add_judge_mode_arguments, judge_mode_of
 from reward.resolve import RESOLVERS
 from reward.response import DEFAULT_MAX_QUOTES
-from reward.scoring import REWARD_FORMS, is_judged
+from reward.scoring import REWARD_FORMS
 from reward.servers import UrlListAction
 
 MAX_QUOTES_OPTION = 1000
@@ -210,7 +210,7 @@ def settings_of(args: argparse.Namespace) -> dict:
         settings.setdefault(key, value)
     lat = parse_lat_overrides(args.lat)
     if lat:
-        if is_judged(settings["reward_form"]):
+        if not REWARD_FORMS.needs(settings["reward_form"], "steps"):
             raise InputError(f"--lat applies to --reward-form lat, not {settings['reward_form']!r}")
         settings["lat"] = {**(settings.get("lat") or {}), **lat}
     return settings
@@ -222,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
     from data_prep.groundtruth import unpack_ground_truth
     from reward.config import RewardConfig
+    from reward.judge import no_score_error
     from reward.pipeline import RewardScorer
 
     config = RewardConfig.from_kwargs(**settings_of(args))
@@ -233,42 +234,79 @@ def run(args: argparse.Namespace) -> int:
             qids.append(unpack_ground_truth(row["ground_truth"]).qid)
         except InputError as e:
             raise InputError(f"{args.inputs}: input {n}: {e}") from None
-    if not is_judged(config.reward_form):
-        return run_lat(args, config, rows, qids)
     scorer = RewardScorer(config)
+    by_steps = scorer.steps is not None  # the form needs "steps" (registry): scored by reward.lat.StepTerms
     order = group_order(qids)
     grouped_rows, grouped_qids = [rows[i] for i in order], [qids[i] for i in order]
     out_lines: list[str] = [""] * len(rows)
     examples: dict[str, str] = {}
-    with tqdm(total=len(rows), desc="scoring", unit="response", disable=None) as bar:
+    desc = f"scoring ({scorer.form.name})" if by_steps else "scoring"
+    with tqdm(total=len(rows), desc=desc, unit="response", disable=None) as bar:
         for start, end in batches(grouped_rows, grouped_qids):
-            for k, (breakdown, citations) in enumerate(scorer.score(grouped_rows[start:end]), start):
+            try:
+                scored = scorer.score(grouped_rows[start:end])
+            except InputError as e:
+                raise InputError(_name_input_line(str(e), args.inputs, order, start)) from None
+            for k, (breakdown, citations) in enumerate(scored, start):
                 d = breakdown.to_dict()
-                d["citations"] = [c.to_json() for c in citations]
+                d["citations"] = (
+                    step_citations(scorer, grouped_rows[k - start]) if by_steps else [c.to_json() for c in citations]
+                )
                 out_lines[order[k]] = json.dumps(d, ensure_ascii=False)
             for kind, example in (getattr(scorer.judge, "failure_examples", None) or {}).items():
                 examples.setdefault(kind, example)
             bar.update(end - start)
-    from reward.judge import no_score_error
-
-    err = no_score_error(scorer.total.judge, scorer.judge, examples)
+    err = no_score_error(scorer.total.judge, scorer.judge, examples)  # None when no judge was asked
     if err is not None:
         raise InputError(f"{err}; no rewards written to {args.out}")
     atomic_write_text(args.out, "".join(line + "\n" for line in out_lines))
+    ds = [json.loads(line) for line in out_lines]
+    Console(stderr=True).print((steps_summary if by_steps else judged_summary)(scorer, ds, args.out))
+    return 0
+
+
+def _name_input_line(msg: str, inputs: Path, order: list[int], start: int) -> str:
+    """A scorer's "reward input i: ..." (i counts within the batch starting at grouped row ``start``) as the input
+    file's line."""
+    if msg.startswith("reward input "):
+        k, _, rest = msg[len("reward input ") :].partition(":")
+        if k.isdigit():
+            return f"{inputs}: input {order[start + int(k)] + 1}:{rest}"
+    return msg
+
+
+def judged_summary(scorer, ds: list[dict], out: Path) -> str:
+    """The one summary line of a run of a form over judge scores (``ds``: the output lines)."""
     total = scorer.total
     n = max(total.responses, 1)
-    mean = sum(json.loads(line)["overall"] for line in out_lines) / n
-    Console(stderr=True).print(
-        f"scored {total.responses} responses -> {args.out}: mean reward {mean:.3f}, "
+    mean = sum(d["overall"] for d in ds) / n
+    return (
+        f"scored {total.responses} responses -> {out}: mean reward {mean:.3f}, "
         f"format {total.format_ok / n:.1%} (rejects {dict(total.reject_reasons) or 'none'}), "
         f"unscorable {total.unscorable} ({dict(total.unscorable_reasons) or 'none'}), "
         f"groups with none scorable {total.groups_all_unscorable}, judge {total.judge.to_dict()}"
     )
-    return 0
 
 
-def lat_citations(scorer, row: dict) -> list[dict]:
-    """Every box of a LAT response that lands on a page of the document: ``{page, bbox (points), role, text}``."""
+def steps_summary(scorer, ds: list[dict], out: Path) -> str:
+    """The one summary line of a run of a form scored from the response's steps (LAT's four terms)."""
+    n = len(ds)
+
+    def mean(key: str) -> float:
+        return sum(d[key] for d in ds) / n
+
+    return (
+        f"scored {n} responses (reward_form {scorer.form.name}, embedder "
+        f"{', '.join(scorer.steps.embedder_names()) or 'none needed'}) -> "
+        f"{out}: mean reward {mean('overall'):.3f} (format {mean('format'):.3f}, accuracy {mean('accuracy'):.3f}, "
+        f"step {mean('step'):.3f}, ground {mean('ground'):.3f}), format ok {mean('format_ok'):.1%}, "
+        f"unscorable {int(sum(d['unscorable'] for d in ds))}"
+    )
+
+
+def step_citations(scorer, row: dict) -> list[dict]:
+    """Every box of a Chain-of-Evidence response (a form that needs ``steps``) that lands on a page of the
+    document: ``{page, bbox (points), role, text}``."""
     from data_prep.groundtruth import unpack_ground_truth
     from reward.lat import locate, parse_coe
 
@@ -282,49 +320,3 @@ def lat_citations(scorer, row: dict) -> list[dict]:
             if r is not None:
                 out.append({"page": r.page, "bbox": [round(v, 3) for v in r.bbox], "role": role, "text": r.text})
     return out
-
-
-def run_lat(args: argparse.Namespace, config, rows: list[dict], qids: list[str]) -> int:
-    """``--reward-form lat``: LAT's reward (:mod:`reward.lat`), batched by qid as in training (an unscorable
-    response gets its group's mean)."""
-    from rich.console import Console
-    from tqdm import tqdm
-
-    from reward.pipeline import RewardScorer
-
-    scorer = RewardScorer(config)
-    order = group_order(qids)
-    grouped_rows, grouped_qids = [rows[i] for i in order], [qids[i] for i in order]
-    out_lines: list[str] = [""] * len(rows)
-    with tqdm(total=len(rows), desc="scoring (lat)", unit="response", disable=None) as bar:
-        for start, end in batches(grouped_rows, grouped_qids):
-            try:
-                scored = scorer.score(grouped_rows[start:end])
-            except InputError as e:
-                # "reward input i" counts within the batch: name the input file's line instead
-                msg = str(e)
-                if msg.startswith("reward input "):
-                    k, _, rest = msg[len("reward input ") :].partition(":")
-                    if k.isdigit():
-                        msg = f"{args.inputs}: input {order[start + int(k)] + 1}:{rest}"
-                raise InputError(msg) from None
-            for k, (breakdown, _) in enumerate(scored, start):
-                d = breakdown.to_dict()
-                d["citations"] = lat_citations(scorer, grouped_rows[k - start])
-                out_lines[order[k]] = json.dumps(d, ensure_ascii=False)
-            bar.update(end - start)
-    atomic_write_text(args.out, "".join(line + "\n" for line in out_lines))
-    ds = [json.loads(line) for line in out_lines]
-    n = len(ds)
-
-    def mean(key: str) -> float:
-        return sum(d[key] for d in ds) / n
-
-    Console(stderr=True).print(
-        f"scored {n} responses (reward_form lat, embedder "
-        f"{', '.join(scorer.steps.embedder_names()) or 'none needed'}) -> "
-        f"{args.out}: mean reward {mean('overall'):.3f} (format {mean('format'):.3f}, accuracy {mean('accuracy'):.3f}, "
-        f"step {mean('step'):.3f}, ground {mean('ground'):.3f}), format ok {mean('format_ok'):.1%}, "
-        f"unscorable {int(sum(d['unscorable'] for d in ds))}"
-    )
-    return 0

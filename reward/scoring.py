@@ -197,12 +197,6 @@ def lat(s: JudgeScores, w: Mapping[str, float]) -> float:
     raise InputError("reward form 'lat' is scored from the response's steps (reward.lat), not from judge scores")
 
 
-def is_judged(name: str) -> bool:
-    """Whether reward form ``name`` is a formula over judge scores (:mod:`reward.pipeline`), rather than a reward
-    computed from the response alone (:mod:`reward.lat`)."""
-    return REWARD_FORMS.needs(name, "judge")
-
-
 def get_reward_form(name: str) -> RewardForm:
     """The registered form ``name`` with its weights and bounds; unknown names raise ``KeyError`` with a
     did-you-mean."""
