@@ -77,8 +77,9 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from core.io import loads_record, open_regular, read_json
+from core.io import read_json
 from data_prep.validate import bounded_float, finite, nonneg_int, positive_float, positive_int
+from launch.merge import read_log_records
 from launch.run_files import CHECKPOINT_TRACKER, INCOMPLETE_DIR, STEP_DIR_RE
 from recipes.reader import RecipeError, dig, load_recipe
 
@@ -359,21 +360,10 @@ def _timing(row: dict) -> float | None:
 
 
 def _step_times(path: Path) -> dict[int, float]:
-    out: dict[int, float] = {}
-    if not path.is_file():
-        return out
-    with open_regular(path) as f:
-        for n, raw in enumerate(f, 1):
-            line = raw.decode("utf-8", errors="replace").strip()
-            if not line:
-                continue
-            try:
-                row = loads_record(line, f"{path}:{n}")
-            except InputError:  # a line torn by a killed job
-                continue
-            if isinstance(row, dict) and isinstance(row.get("step"), int) and (t := _timing(row)) is not None:
-                out[row["step"]] = t
-    return out
+    """Step -> ``timing_s/step`` of a log's records (a line torn by a killed job is left out; a rerun step: its
+    last record)."""
+    rows, _ = read_log_records(path) if path.is_file() else ([], 0)
+    return {row["step"]: t for row in rows if isinstance(row.get("step"), int) and (t := _timing(row)) is not None}
 
 
 def measured_step_seconds(run_dir: str | Path) -> float | None:

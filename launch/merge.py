@@ -54,7 +54,9 @@ def missing_steps(present: list[int], top: int, cap: int = MAX_MISSING_LISTED) -
     return listed, total
 
 
-def _read_jsonl(path: Path) -> tuple[list[dict], int]:
+def read_log_records(path: Path) -> tuple[list[dict], int]:
+    """The objects of a JSONL log that a killed job may have torn, and the number of lines that were not one
+    (torn, or holding a number no step can be); ``([], 0)`` when the file does not exist."""
     if not path.exists():
         return [], 0
     rows, torn = [], 0
@@ -92,8 +94,8 @@ def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
             superseded.setdefault(owners[step], []).append(step)
             del records[step], owners[step]
         seg_dir = segments_dir(run_dir) / seg.name
-        rows, n_torn = _read_jsonl(seg_dir / "experiment_log.jsonl")
-        c_rows, c_torn = _read_jsonl(seg_dir / REWARD_COUNTERS)
+        rows, n_torn = read_log_records(seg_dir / "experiment_log.jsonl")
+        c_rows, c_torn = read_log_records(seg_dir / REWARD_COUNTERS)
         if n_torn + c_torn:
             torn[seg.name] = n_torn + c_torn
         for row in rows:
@@ -104,7 +106,7 @@ def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
                 records[step] = deep_merge(records[step], row)
             else:
                 records[step], owners[step] = dict(row), seg.name
-        b_rows, b_torn = _read_jsonl(seg_dir / REWARD_BATCHES)
+        b_rows, b_torn = read_log_records(seg_dir / REWARD_BATCHES)
         if b_torn:
             torn[seg.name] = torn.get(seg.name, 0) + b_torn
         for row in b_rows:

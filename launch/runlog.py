@@ -72,8 +72,8 @@ from launch.checkpoints import (
     repair_checkpoints,
 )
 from launch.merge import (
-    _read_jsonl,
     merge_run_log,
+    read_log_records,
 )
 from launch.run_files import (
     RESTART_KINDS,
@@ -357,7 +357,7 @@ def last_step(run_dir: Path) -> int:
 def logged_step(segment_dir: Path) -> int:
     """The highest step in a segment's experiment log (0 when none)."""
     try:
-        rows, _ = _read_jsonl(Path(segment_dir) / "experiment_log.jsonl")
+        rows, _ = read_log_records(Path(segment_dir) / "experiment_log.jsonl")
     except (OSError, ValueError):
         return 0
     return max((r["step"] for r in rows if isinstance(r.get("step"), int)), default=0)
