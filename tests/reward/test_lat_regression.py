@@ -7,65 +7,26 @@ number. ``embed_s`` (wall time) is left out."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
-from pathlib import Path
-
 import pytest
 
-from data_prep.groundtruth import GroundTruth, pack_ground_truth
-from data_prep.sample import SAMPLE_FACTS
-
-CAPTION = SAMPLE_FACTS.fact("table_caption").text
-ROW = SAMPLE_FACTS.fact("table_row").text
+from tests.reward.lat_cases import CAPTION, ROW, block, build_lat_cache, gt, inputs, load_plugin, response
 
 
 @pytest.fixture(scope="module")
 def cache(sample_pdf, tmp_path_factory):
-    from data_prep.cache import build_cache
-    from data_prep.encoders import get_encoder
-    from data_prep.parsers import get_parser
-
-    return build_cache(sample_pdf, get_parser("pdftext"), get_encoder("minilm"), tmp_path_factory.mktemp("lat-reg"))
+    return build_lat_cache(sample_pdf, tmp_path_factory.mktemp("lat-reg"))
 
 
 @pytest.fixture(scope="module")
 def plugin():
-    path = Path(__file__).resolve().parents[2] / "reward" / "quote_reward.py"
-    spec = importlib.util.spec_from_file_location("custom_reward_fn", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _block(cache, text):
-    return next(b for b in cache.blocks if text in b.text)
-
-
-def _box(cache, b, image=None) -> str:
-    import math
-
-    w, h = cache.page_sizes[b.page - 1]
-    x0, y0, x1, y1 = b.bbox
-    grid = [math.floor(x0 / w * 1000), math.floor(y0 / h * 1000), math.ceil(x1 / w * 1000), math.ceil(y1 / h * 1000)]
-    return "Bounding box: " + json.dumps({"bbox_2d": grid, "Image_index": b.page if image is None else image})
-
-
-def _gt(cache, qid="q1", evidence=True, pages=None) -> str:
-    d = json.loads(pack_ground_truth(GroundTruth(qid, cache.key, "Which test site had the highest annual yield?",
-                                                 "Shenzhen", pages)))  # fmt: skip
-    if evidence:
-        d["evidence"] = [{"page": 2, "bbox": list(_block(cache, "Shenzhen | 150").bbox)}]
-    return json.dumps(d)
+    return load_plugin()
 
 
 def _responses(cache, image=None) -> dict[str, str]:
-    cap, table, footer = _block(cache, CAPTION), _block(cache, "Shenzhen | 150"), _block(cache, "Page 2 of 4")
+    cap, table, footer = block(cache, CAPTION), block(cache, "Shenzhen | 150"), block(cache, "Page 2 of 4")
 
     def resp(steps, answer="Shenzhen", answer_block=table):
-        think = " ".join(f"{t}\n{_box(cache, b, image)}" for t, b in steps)
-        ans = answer + (f"\n{_box(cache, answer_block, image)}" if answer_block is not None else "")
-        return f"<think>{think}</think>\n<answer>{ans}</answer>"
+        return response(cache, steps, answer, answer_block, image)
 
     return {
         "good": resp([(CAPTION, cap), (ROW, table)]),
@@ -85,20 +46,16 @@ def _responses(cache, image=None) -> dict[str, str]:
     }
 
 
-def _inputs(responses, gts) -> list[dict]:
-    return [{"response": r, "response_length": len(r), "ground_truth": g} for r, g in zip(responses, gts, strict=True)]
-
-
-def _score(plugin, cache, inputs, embedder=None, **kw) -> list[dict]:
-    """The LAT breakdowns of ``inputs`` (through the EasyR1 plugin, or the scorer when an embedder is injected)."""
+def _score(plugin, cache, batch, embedder=None, **kw) -> list[dict]:
+    """The LAT breakdowns of ``batch`` (through the EasyR1 plugin, or the scorer when an embedder is injected)."""
     if embedder is None:
-        out = plugin.compute_score(inputs, cache_dir=str(cache.path.parent), reward_form="lat", **kw)
+        out = plugin.compute_score(batch, cache_dir=str(cache.path.parent), reward_form="lat", **kw)
     else:
         from reward.config import RewardConfig
         from reward.pipeline import RewardScorer
 
         cfg = RewardConfig(cache_dir=str(cache.path.parent), reward_form="lat", judge="lexical", **kw)
-        out = [b.to_dict() for b, _ in RewardScorer(cfg, step_embedder=embedder).score(inputs)]
+        out = [b.to_dict() for b, _ in RewardScorer(cfg, step_embedder=embedder).score(batch)]
     return [{k: v for k, v in d.items() if k != "embed_s"} for d in out]
 
 
@@ -186,15 +143,15 @@ EXPECTED_POISONED: list[dict] = [
 def test_default_settings(plugin, cache):
     rs = _responses(cache)
     names = list(rs)
-    gts = [_gt(cache)] * len(names)
-    gts[names.index("three_steps")] = _gt(cache, qid="q2", evidence=False)
-    _check(_score(plugin, cache, _inputs(rs.values(), gts)), EXPECTED_DEFAULT, names)
+    gts = [gt(cache)] * len(names)
+    gts[names.index("three_steps")] = gt(cache, qid="q2", evidence=False)
+    _check(_score(plugin, cache, inputs(rs.values(), gts)), EXPECTED_DEFAULT, names)
 
 
 def test_weights_and_lat_settings(plugin, cache):
     rs = _responses(cache)
     names = list(rs)
-    out = _score(plugin, cache, _inputs(rs.values(), [_gt(cache)] * len(names)),
+    out = _score(plugin, cache, inputs(rs.values(), [gt(cache)] * len(names)),
                  weights={"format": 0.5, "step": 2.0, "ground": 0.25}, lat={"tau": 0.2, "overlap_iou": 0.9,
                                                                              "epsilon": 0.6, "min_steps": 3})  # fmt: skip
     _check(out, EXPECTED_SETTINGS, names)
@@ -203,7 +160,7 @@ def test_weights_and_lat_settings(plugin, cache):
 def test_page_window(plugin, cache):
     rs = _responses(cache, image=1)  # the policy saw pages 2-3: Image_index 1 is page 2
     names = list(rs)
-    out = _score(plugin, cache, _inputs(rs.values(), [_gt(cache, pages=[2, 3])] * len(names)))
+    out = _score(plugin, cache, inputs(rs.values(), [gt(cache, pages=[2, 3])] * len(names)))
     _check(out, EXPECTED_WINDOW, names)
 
 
@@ -211,8 +168,8 @@ def test_a_failed_embedding_gets_its_groups_mean(plugin, cache):
     rs = _responses(cache)
     odd = rs["good"].replace(CAPTION, "Yields by site.", 1)
     batch = [rs["good"], odd, rs["overlap"], rs["good"], odd]
-    gts = [_gt(cache), _gt(cache), _gt(cache), _gt(cache, qid="q2"), _gt(cache, qid="q2")]
-    out = _score(plugin, cache, _inputs(batch, gts), embedder=_poisoned("Yields by site."), lat={"tau": -1.0})
+    gts = [gt(cache), gt(cache), gt(cache), gt(cache, qid="q2"), gt(cache, qid="q2")]
+    out = _score(plugin, cache, inputs(batch, gts), embedder=_poisoned("Yields by site."), lat={"tau": -1.0})
     assert len(out) == len(EXPECTED_POISONED)
     for d, e in zip(out, EXPECTED_POISONED, strict=True):
         assert d == pytest.approx(e, abs=1e-6)

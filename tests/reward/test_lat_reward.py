@@ -4,7 +4,6 @@ the pipeline's one scorer (reward/pipeline.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 from pathlib import Path
@@ -13,8 +12,6 @@ import numpy as np
 import pytest
 
 from core.errors import InputError
-from data_prep.groundtruth import GroundTruth, pack_ground_truth
-from data_prep.sample import SAMPLE_FACTS
 from reward.config import RewardConfig
 from reward.lat import (
     LAT_KEYS,
@@ -28,6 +25,7 @@ from reward.lat import (
     step_reward,
 )
 from reward.pipeline import RewardScorer
+from tests.reward.lat_cases import CAPTION, ROW, block, build_lat_cache, gt, inputs, load_plugin, response
 
 S = LatSettings()
 
@@ -181,62 +179,16 @@ def test_the_worked_example_of_the_papers_framework_figure_scores_four():
 # --------------------------------------------------------------------------------------------- plugin path
 @pytest.fixture(scope="module")
 def cache(sample_pdf, tmp_path_factory):
-    from data_prep.cache import build_cache
-    from data_prep.encoders import get_encoder
-    from data_prep.parsers import get_parser
-
-    return build_cache(sample_pdf, get_parser("pdftext"), get_encoder("minilm"), tmp_path_factory.mktemp("lat-cache"))
+    return build_lat_cache(sample_pdf, tmp_path_factory.mktemp("lat-cache"))
 
 
 @pytest.fixture(scope="module")
 def plugin():
-    path = Path(__file__).resolve().parents[2] / "reward" / "quote_reward.py"
-    spec = importlib.util.spec_from_file_location("custom_reward_fn", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def block(cache, text):
-    return next(b for b in cache.blocks if text in b.text)
-
-
-def grid(cache, b) -> list[int]:
-    """A block's box on the 0-1000 grid of its page, rounded outwards."""
-    import math
-
-    w, h = cache.page_sizes[b.page - 1]
-    x0, y0, x1, y1 = b.bbox
-    return [math.floor(x0 / w * 1000), math.floor(y0 / h * 1000), math.ceil(x1 / w * 1000), math.ceil(y1 / h * 1000)]
-
-
-def box(cache, b) -> str:
-    return json.dumps({"bbox_2d": grid(cache, b), "Image_index": b.page})
-
-
-CAPTION = SAMPLE_FACTS.fact("table_caption").text
-ROW = SAMPLE_FACTS.fact("table_row").text
-
-
-def gt(cache, evidence=True, qid="q1") -> str:
-    d = json.loads(pack_ground_truth(GroundTruth(qid, cache.key, "Which test site had the highest annual yield?",
-                                                 "Shenzhen", None)))  # fmt: skip
-    if evidence:
-        d["evidence"] = [{"page": 2, "bbox": list(block(cache, "Shenzhen | 150").bbox)}]
-    return json.dumps(d)
-
-
-def response(cache, steps, answer="Shenzhen", answer_block=None) -> str:
-    think = " ".join(f"{text}\nBounding box: {box(cache, b)}" for text, b in steps)
-    ans = answer + (f"\nBounding box: {box(cache, answer_block)}" if answer_block is not None else "")
-    return f"<think>{think}</think>\n<answer>{ans}</answer>"
+    return load_plugin()
 
 
 def run(plugin, cache, responses, gts, **kw):
-    inputs = [
-        {"response": r, "response_length": len(r), "ground_truth": g} for r, g in zip(responses, gts, strict=True)
-    ]
-    return plugin.compute_score(inputs, cache_dir=str(cache.path.parent), reward_form="lat", **kw)
+    return plugin.compute_score(inputs(responses, gts), cache_dir=str(cache.path.parent), reward_form="lat", **kw)
 
 
 def test_whole_reward_through_the_plugin(plugin, cache):
