@@ -54,6 +54,7 @@ the batch to that many groups); that is one training batch, and :class:`TrainBat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -563,7 +564,8 @@ class RewardScorer:
             if s is None:
                 it.failed = "judge"
             elif not shown:
-                it.scores = JudgeScores(s.answer, 0, 0)  # the judge saw no evidence: none can be relevant
+                # the judge saw no evidence: none can be relevant (its reply is kept for the samples)
+                it.scores = dataclasses.replace(s, relevance=0, coverage=0, crop_relevance=None)
             else:
                 it.scores = s
         judge_s = time.perf_counter() - t0

@@ -9,6 +9,7 @@ import re
 import socket
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -157,6 +158,15 @@ def test_abstained_citations_leave_no_evidence_to_score(cache):
     )  # fmt: skip
     assert (out[0]["n_quotes"], out[0]["n_citations"], out[0]["relevance"], out[0]["coverage"]) == (1, 0, 0, 0)
     assert out[0]["overall"] == 0.0 and out[0]["answer"] == 5.0
+    # a judge's reply stays with the scores zeroed for want of evidence: the samples show what the judge wrote
+    text = 'No evidence shown.\n{"answer": 5, "relevance": 4, "coverage": 3}'
+    seen = []
+    with ScriptedOpenAIServer(handler=lambda path, body, n: Reply(json=chat_completion(text))) as srv:
+        scorer = RewardScorer(http_config(cache, srv.url, abstain_threshold=1.01))
+        scorer.sampler = types.SimpleNamespace(add_call=lambda items, out, record, tracked: seen.extend(items))
+        ((b, cits),) = scorer.score([inp({"answer": "Shenzhen", "quotes": [EN]}, gt(cache))])
+    assert (b.answer, b.relevance, b.coverage, cits) == (5.0, 0.0, 0.0, [])
+    assert [(it.scores.relevance, it.scores.coverage, it.scores.reply) for it in seen] == [(0, 0, text)]
 
 
 @pytest.mark.parametrize("resolver", ["lexical", "bm25", "bm25_lucene", "fused"])
