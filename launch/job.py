@@ -195,7 +195,8 @@ class Job:
         sw.setdefault("env", {})
         s_py = s.python or str(REPO / ".venv" / "bin" / "python")
         sw["launch_python"] = s_py if Path(s_py).exists() or s.python else sys.executable
-        sw["trainer_cmd"] = list(s.trainer_cmd or []) or [sw["trainer_python"], "-m", "verl.trainer.main"]
+        # reward.train: EasyR1's verl.trainer.main, its wandb run also given the reward's samples
+        sw["trainer_cmd"] = list(s.trainer_cmd or []) or [sw["trainer_python"], "-m", "reward.train"]
         sw["check_python"] = str(s.check_python or (sw["trainer_python"] if s.env_setup else sw["launch_python"]))
         serve = [sw["server_vllm"], "serve"]
         sw["judge_cmd"], sw["embed_cmd"] = list(s.judge_cmd or []) or serve, list(s.embed_cmd or []) or serve

@@ -312,7 +312,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("MAX_STEPS", None, "count", positive_int, "run", _L,
        "steps of the run (default: the recipe's trainer.max_steps, else EasyR1's formula on the data)"),
     _s("TRAINER_CMD", None, "flags", command, "run", _L,
-       "the trainer program (default: the trainer venv's python -m verl.trainer.main)"),
+       "the trainer program (default: the trainer venv's python -m reward.train, EasyR1's verl.trainer.main)"),
     _s("TRAINER_STOP", "checkpoint", "", one_of("checkpoint", "signal"), "run", _L,
        "after SIGUSR1: stop the trainer after its next checkpoint, or forward the signal"),
     _s("STOP_GRACE", "3000", "s", seconds, "run", _L,

@@ -70,13 +70,13 @@ class SampleWriter:
             return True  # online filtering off: every group of the call trains
         return self.band[0] < keep < self.band[1]
 
-    def choose(self, step: int, groups: dict[str, list[dict]]) -> list[str]:
-        """Seeded choice of group ids: at least one dropped group when there is one."""
-        qids = sorted(groups)
+    def choose(self, step: int, groups: dict[tuple[int, str], list[dict]]) -> list[tuple[int, str]]:
+        """Seeded choice of groups (keyed ``(attempt, qid)``): at least one dropped group when there is one."""
+        keys = sorted(groups)
         rng = random.Random(f"{self.seed}:{step}")
-        dropped = [q for q in qids if not self._trained(groups[q][0]["keep"])]
-        chosen: list[str] = [rng.choice(dropped)] if dropped else []
-        rest = [q for q in qids if q not in chosen]
+        dropped = [k for k in keys if not self._trained(groups[k][0]["keep"])]
+        chosen: list[tuple[int, str]] = [rng.choice(dropped)] if dropped else []
+        rest = [k for k in keys if k not in chosen]
         rng.shuffle(rest)
         return chosen + rest[: max(0, self.groups - len(chosen))]
 
@@ -90,34 +90,37 @@ class SampleWriter:
     def write(self, step: int, responses: list[dict], trained_qids=None) -> Path | None:
         """Write the samples of ``step`` from ``responses`` (one dict per response of the call, with keys qid,
         question, gold, answer, quotes, citations [{page, bbox, similarity, text}], crops [png bytes], scores
-        {answer, relevance, coverage, crop_relevance} or None, reply, reward {overall, ...}, keep, unscorable).
-        Returns the step file, or None when the step is not due or has no group of 2+ responses."""
+        {answer, relevance, coverage, crop_relevance} or None, reply, reward {overall, ...}, keep, unscorable, and
+        ``attempt``: the reward call of the batch it came from). A group is the responses of one qid in one attempt:
+        EasyR1's online filter may generate the same question again in a later attempt, which is another group with
+        its own advantages. Returns the step file, or None when the step is not due or has no group of 2+ responses."""
         if not isinstance(step, int) or step < 1:
             raise InputError(f"samples: step must be an int >= 1, got {step!r}")
         if not self.due(step):
             return None
-        groups: dict[str, list[dict]] = {}
+        groups: dict[tuple[int, str], list[dict]] = {}
         for i, r in enumerate(responses):
             if not isinstance(r, dict) or "qid" not in r or "reward" not in r:
                 raise InputError(f"samples: response {i} needs 'qid' and 'reward'")
-            groups.setdefault(r["qid"], []).append(r)
-        groups = {q: m for q, m in groups.items() if len(m) > 1}
+            groups.setdefault((int(r.get("attempt", 1)), r["qid"]), []).append(r)
+        groups = {k: m for k, m in groups.items() if len(m) > 1}
         if not groups:
             return None
         out_groups = []
-        for qid in self.choose(step, groups):
-            members = groups[qid]
+        for attempt, qid in self.choose(step, groups):
+            members = groups[(attempt, qid)]
             adv = grpo_advantages([float(m["reward"]["overall"]) for m in members])
             rows = []
             for m, a in zip(members, adv, strict=True):
                 crops = [self._store_crop(p) for p in m.get("crops", ())]
-                row = {k: v for k, v in m.items() if k not in ("crops", "question", "gold")}
+                row = {k: v for k, v in m.items() if k not in ("crops", "question", "gold", "attempt")}
                 rows.append({**row, "crops": crops, "advantage": a})
             rows.sort(key=lambda r: -r["advantage"])
             keep = members[0]["keep"]
-            out_groups.append({"qid": qid, "question": members[0].get("question", ""),
-                               "gold": members[0].get("gold", ""), "keep": keep,
-                               "trained": self._trained(keep) if trained_qids is None else qid in trained_qids, "responses": rows})  # fmt: skip
+            trained = self._trained(keep) and (trained_qids is None or qid in trained_qids)
+            out_groups.append({"qid": qid, "attempt": attempt, "question": members[0].get("question", ""),
+                               "gold": members[0].get("gold", ""), "keep": keep, "trained": trained,
+                               "responses": rows})  # fmt: skip
         path = self.root / step_name(step)
         atomic_write_json(path, {"step": step, "time": round(time.time(), 3), "groups": out_groups})
         self.thin()
@@ -198,17 +201,19 @@ class BatchSampler:
         self.display_crops = display_crops
         self.buffer: list[dict] = []
         self.calls = 0
+        self.attempt = 0  # reward calls of the batch so far (EasyR1's filter attempts)
 
     def add_call(self, items, out, record: dict | None, tracked: bool) -> Path | None:
         rows = response_rows(items, out, self.display_crops)
         if len({r["qid"] for r in rows}) == len(rows):
             return None  # validation (groups of one)
-        self.buffer.extend(rows)
+        self.attempt += 1
+        self.buffer.extend({**r, "attempt": self.attempt} for r in rows)
         if tracked and record is None:
             return None  # another filter attempt follows
         self.calls += 1
         step = record["batch"] if record else self.calls
-        rows, self.buffer = self.buffer, []
+        rows, self.buffer, self.attempt = self.buffer, [], 0
         try:
             return self.writer.write(step, rows, set(record["qids"]) if record else None)
         except OSError as e:  # samples must never kill a training step
@@ -248,37 +253,99 @@ def load_steps(folder: str | Path) -> list[dict]:
     return out
 
 
-WANDB_COLUMNS = ["step", "qid", "trained", "keep", "advantage", "reward", "answer", "scores", "unscorable", "crops"]
+WANDB_COLUMNS = ["step", "qid", "attempt", "trained", "keep", "advantage", "reward", "answer", "scores", "unscorable"]
+"""The columns of the samples table before the crops: then one image column per crop, ``crop_1`` .. ``crop_K``
+(K the most crops of a response of the step; a wandb cell holds one image, a list of images is not kept)."""
 
 
-def wandb_rows(folder: str | Path, rec: dict, image=None) -> list[list]:
-    """The rows of one step's samples for a ``wandb.Table`` (``image``: ``wandb.Image``, applied to crop paths)."""
+def wandb_table(folder: str | Path, rec: dict, image=None, step: int | None = None) -> tuple[list[str], list[list]]:
+    """``(columns, rows)`` of one step's samples for a ``wandb.Table``, one row per response (``image``:
+    ``wandb.Image``, applied to each crop's path, else the path; ``step``: the trainer's step, default the batch
+    number of the file)."""
     root = Path(folder)
     if (root / SAMPLES_DIR).is_dir():
         root = root / SAMPLES_DIR
+    responses = [(g, r) for g in rec["groups"] for r in g["responses"]]
+    k = max((len(r["crops"]) for _, r in responses), default=0)
     rows = []
-    for g in rec["groups"]:
-        for r in g["responses"]:
-            crops = [str(root / c) for c in r["crops"]]
-            rows.append([rec["step"], g["qid"], g["trained"], g["keep"], r["advantage"], r["reward"]["overall"],
-                         r.get("answer", ""), json.dumps(r.get("scores")), r.get("unscorable", False),
-                         [image(c) for c in crops] if image else crops])  # fmt: skip
-    return rows
+    for g, r in responses:
+        crops = [str(root / c) for c in r["crops"]]
+        cells = [image(c) for c in crops] if image else crops
+        rows.append([rec["step"] if step is None else step, g["qid"], g.get("attempt", 1), g["trained"], g["keep"],
+                     r["advantage"], r["reward"]["overall"], r.get("answer", ""), json.dumps(r.get("scores")),
+                     r.get("unscorable", False), *cells, *[None] * (k - len(cells))])  # fmt: skip
+    return [*WANDB_COLUMNS, *(f"crop_{i}" for i in range(1, k + 1))], rows
 
 
-def log_to_wandb(folder: str | Path, step: int) -> bool:
-    """Log the samples of batch ``step`` of ``folder`` as a ``wandb.Table`` with images, from the process that owns
-    the wandb run (EasyR1's trainer, not the reward workers). False when wandb is not installed, no run is active
-    or the step has no samples. Not tested here: wandb is not installed in ``.venv``."""
-    try:
+class WandbSamples:
+    """Logs the reward's samples as a ``wandb.Table`` with the crops as images, from the process that owns the wandb
+    run: EasyR1's trainer (its ``Runner`` actor), not the reward workers that write them. Each call of
+    :meth:`log_new` logs the newest ``batch_*.json`` of ``folder/samples`` not logged yet, at the trainer's step
+    (the reward writes a batch's samples before the trainer logs that step's metrics)."""
+
+    KEY = "samples"
+
+    def __init__(self, folder: str | Path | None) -> None:
+        self.folder = Path(folder) if folder else None
+        self.logged: set[str] = set()
+
+    def log_new(self, step: int) -> Path | None:
+        """Log the newest unlogged batch at ``step``; the file logged, or None (none new, no folder, no wandb run).
+        A samples file that cannot be read is a warning: samples never stop a training step."""
+        if self.folder is None:
+            return None
+        files = sorted((self.folder / SAMPLES_DIR).glob("batch_*.json"))
+        if not files or files[-1].name in self.logged:
+            return None
         import wandb
+
+        if wandb.run is None:
+            return None
+        newest = files[-1]
+        self.logged.add(newest.name)
+        try:
+            rec = json.loads(newest.read_text())
+            columns, rows = wandb_table(self.folder, rec, wandb.Image, step)
+        except (OSError, ValueError, KeyError) as e:
+            import logging
+
+            logging.getLogger(__name__).warning("samples %s not logged to wandb: %s", newest, e)
+            return None
+        wandb.log({self.KEY: wandb.Table(columns=columns, data=rows)}, step=step)
+        return newest
+
+
+WANDB_HOOK = "reward.samples.install_wandb_samples"
+"""The Ray ``worker_process_setup_hook`` that :mod:`reward.train` adds to EasyR1's ``runtime_env``."""
+
+
+def install_wandb_samples() -> bool:
+    """Make EasyR1's ``wandb`` logger (``verl.utils.logger.logger.LOGGERS["wandb"]``) also log the samples of
+    ``$QUOTECITE_METRICS_DIR`` (:class:`WandbSamples`) after each step's metrics. Run in every Ray worker process
+    (the hook :data:`WANDB_HOOK`); only the trainer's ``Runner`` builds a ``Tracker``, so only it logs. False where
+    EasyR1 is not importable (nothing changes). Idempotent."""
+    import os
+
+    try:
+        from verl.utils.logger import logger as easyr1_logger  # EasyR1 b44b311: verl/utils/logger/logger.py
     except ImportError:
         return False
-    root = Path(folder)
-    path = (root / SAMPLES_DIR if (root / SAMPLES_DIR).is_dir() else root) / step_name(step)
-    if wandb.run is None or not path.is_file():
+    base = easyr1_logger.LOGGERS.get("wandb")
+    if base is None:
         return False
-    rec = json.loads(path.read_text())
-    table = wandb.Table(columns=WANDB_COLUMNS, data=wandb_rows(folder, rec, wandb.Image))
-    wandb.log({"samples": table}, step=step)
+    if getattr(base, "logs_samples", False):
+        return True
+
+    class WandbLoggerWithSamples(base):
+        logs_samples = True
+
+        def __init__(self, config) -> None:
+            super().__init__(config)
+            self.samples = WandbSamples(os.environ.get("QUOTECITE_METRICS_DIR"))
+
+        def log(self, data, step: int) -> None:
+            super().log(data=data, step=step)
+            self.samples.log_new(step)
+
+    easyr1_logger.LOGGERS["wandb"] = WandbLoggerWithSamples
     return True

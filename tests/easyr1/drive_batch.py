@@ -37,7 +37,10 @@ def main() -> None:
     from verl.workers.reward import AutoRewardManager
 
     from data_prep.groundtruth import unpack_ground_truth
+    from reward.samples import install_wandb_samples
+    from reward.train import patch_ray_init
 
+    patch_ray_init()  # what `python -m reward.train` does before EasyR1's main calls ray.init
     start_local_ray()
     out: dict = {"ok": True}
     # Runner.run, as far as it goes without GPUs
@@ -60,6 +63,16 @@ def main() -> None:
     RemoteRewardManager = ray.remote(AutoRewardManager).options(num_cpus=config.worker.reward.num_cpus)
     reward_fn = RemoteRewardManager.remote(config.worker.reward, tokenizer)
     val_reward_fn = RemoteRewardManager.remote(config.worker.reward, tokenizer)
+
+    def wandb_logger_class(_actor) -> str:
+        from verl.utils.logger.logger import LOGGERS
+
+        return LOGGERS["wandb"].__name__
+
+    # the worker set-up hook ran in EasyR1's own actors, as in the Runner actor that owns the wandb run on a cluster
+    out["wandb_logger_in_reward_actor"] = ray.get(reward_fn.__ray_call__.remote(wandb_logger_class))
+    # this process holds the Tracker (the Runner's part here): the hook's function, run in it too
+    out["hook_installed_here"] = install_wandb_samples()
     train_dataloader, val_dataloader = create_dataloader(config.data, tokenizer, processor)
     out["dataset"] = []  # what RLHFDataset makes of each row: its image tokens as the model will see them
     for split, loader in (("train", train_dataloader), ("val", val_dataloader)):

@@ -247,6 +247,7 @@ def start_local_ray(num_cpus: int = 3) -> None:
     import ray
 
     ray.init(
+        address="local",  # a new cluster, never the one a stale /tmp/ray/ray_current_cluster names
         num_cpus=num_cpus,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",

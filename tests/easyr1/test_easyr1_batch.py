@@ -88,7 +88,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _drive(tmp: Path, built: dict, judge_url: str, *extra: str, validate: bool = True, timeout: float = 420):
+def _drive(tmp: Path, built: dict, judge_url: str, *extra: str, validate: bool = True, timeout: float = 420,
+           metrics_dir: Path | None = None):  # fmt: skip
     from tests.easyr1.test_easyr1_config import launch_trainer_command
 
     launch_env, argv = launch_trainer_command(tmp)
@@ -102,13 +103,14 @@ def _drive(tmp: Path, built: dict, judge_url: str, *extra: str, validate: bool =
         "data.filter_overlong_prompts_workers=1",
         "worker.reward.reward_function_kwargs.batch_groups=2",
         "worker.reward.reward_function_kwargs.keep_band=[0.01,0.99]",
+        "worker.reward.reward_function_kwargs.samples_groups=4",  # every group of the batch's two attempts
         *extra,
     ]
     spec = {"argv": argv, "processor_dir": str(tmp.parent / "tiny_qwen3vl"), "script": built["script"],
             "validate": validate}  # fmt: skip
     spec_path = tmp / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    metrics_dir = tmp / "metrics"
+    metrics_dir = metrics_dir or tmp / "metrics"
     env = easyr1_env(
         QUOTECITE_DATA_DIR=str(built["out"]),
         QUOTECITE_CACHE_DIR=str(built["cache"]),
@@ -118,6 +120,7 @@ def _drive(tmp: Path, built: dict, judge_url: str, *extra: str, validate: bool =
         QUOTECITE_METRICS_DIR=str(metrics_dir),
         WANDB_MODE="offline",
         WANDB_DIR=str(tmp),
+        WANDB_DATA_DIR=str(tmp / "wandb-data"),  # where an offline run stages its artifacts (a table's images)
         WANDB_SILENT="true",
     )
     del launch_env
@@ -219,6 +222,92 @@ def test_the_reward_records_which_responses_trained(step, built):
     rec = records[0]
     assert rec["qids"] == [_qid(built, "train", 0)] * 2 and rec["calls"] == 2
     assert rec["dropped"]["zero_variance"] == 2 and rec["reward"]["overall"] == pytest.approx(0.48)
+
+
+def _answers_and_advantages(members) -> list[tuple[str, float]]:
+    return sorted((m["answer"], round(m["advantage"], 4)) for m in members)
+
+
+def test_the_samples_hold_a_kept_and_a_dropped_group_with_easyr1s_advantages(step, built):
+    """The reward's samples of the batch (reward/samples.py, written by the reward actors): the two attempts'
+    groups, the kept ones with the advantages compute_advantage gave their responses, the dropped ones marked."""
+    from reward.samples import load_steps
+
+    (rec,) = load_steps(step["metrics"])
+    teaching, flat = _qid(built, "train", 0), _qid(built, "train", 1)
+    groups = rec["groups"]
+    assert sorted((g["attempt"], g["qid"]) for g in groups) == sorted((a, q) for a in (1, 2) for q in (teaching, flat))
+    kept = [g for g in groups if g["trained"]]
+    assert {g["qid"] for g in kept} == {teaching} and len(kept) == 2
+    for g in (g for g in groups if not g["trained"]):
+        assert g["qid"] == flat and not 0.01 < g["keep"] < 0.99  # identical rewards: the keep band drops it
+        assert all(r["advantage"] == 0 for r in g["responses"])
+    by_uid: dict = {}
+    for r in step["rep"]["rows"]:
+        by_uid.setdefault(r["uid"], []).append({"answer": json.loads(r["response"])["answer"], **r})
+    easyr1 = sorted(_answers_and_advantages(m) for m in by_uid.values())
+    assert sorted(_answers_and_advantages(g["responses"]) for g in kept) == easyr1
+    for g in groups:  # the crops the http judge was sent, stored once by content hash
+        for r in g["responses"]:
+            assert r["judge_saw_crops"] and r["crops"]
+            assert all((step["metrics"] / "samples" / c).is_file() for c in r["crops"])
+
+
+def test_the_wandb_run_gets_the_samples_as_a_table_with_the_crops(step):
+    """`python -m reward.train`'s worker set-up hook reached EasyR1's own Ray actors; in the process that owns the
+    wandb run it made the recipe's wandb logger log the step's samples, one row per response, the crops as images
+    (staged, as an offline run keeps them for `wandb sync`)."""
+    from reward.samples import WANDB_COLUMNS, load_steps
+
+    assert step["rep"]["wandb_logger_in_reward_actor"] == "WandbLoggerWithSamples"
+    assert step["rep"]["hook_installed_here"] is True
+    (rec,) = load_steps(step["metrics"])
+    responses = [r for g in rec["groups"] for r in g["responses"]]
+    runs = sorted((step["tmp"] / "wandb").glob("offline-run-*/run-*.wandb"))
+    _, read = run_driver("harness.py", "wandb-history", str(runs[0]))
+    (row,) = [r for r in read["history"] if "samples/_type" in r]  # the reader flattens nested keys with "/"
+    assert row["_step"] == 1 and row["samples/_type"] == "table-file" and row["samples/nrows"] == len(responses)
+    staged = [json.loads(p.read_text()) for p in (step["tmp"] / "wandb-data").rglob("*") if p.is_file()
+              and p.read_bytes()[:1] == b"{"]  # fmt: skip
+    tables = [s for s in staged if s.get("_type") == "table" and s["columns"][: len(WANDB_COLUMNS)] == WANDB_COLUMNS]
+    assert tables and all(s == tables[0] for s in tables)  # wandb stages the run table's copy once per reference
+    table = tables[0]
+    k = max(len(r["crops"]) for r in responses)
+    assert table["columns"] == [*WANDB_COLUMNS, *(f"crop_{i}" for i in range(1, k + 1))]
+    assert len(table["data"]) == len(responses)
+    images = [c for row in table["data"] for c in row[len(WANDB_COLUMNS) :] if c is not None]
+    assert len(images) == sum(len(r["crops"]) for r in responses)
+    assert {c["_type"] for c in images} == {"image-file"} and all(c["width"] > 0 for c in images)
+    assert sorted(row[5] for row in table["data"]) == pytest.approx(sorted(r["advantage"] for r in responses))
+
+
+def test_a_requeued_segments_samples_merge_without_gaps_or_duplicates(step, built, tmp_path):
+    """A run of three segments: the first made step 1 (the step above, its samples as segment 100-0); a requeued job
+    resumed from step 1's checkpoint runs EasyR1 again, its batch 1 being step 2 (segment 101-0); a third job resumed
+    from step 1 again (the second died before its checkpoint) redoes step 2. The run's samples: steps 1 and 2, each
+    once, step 2 from the segment that made it last; the page shows exactly those."""
+    import shutil
+
+    from launch.samples_page import collect_steps, write_samples_page
+    from launch.segments import new_segment, segments_dir
+
+    run = tmp_path / "run"
+    first = new_segment(run, "100", 0)
+    shutil.copytree(step["metrics"] / "samples", segments_dir(run) / first.name / "samples")
+    second = new_segment(run, "101", 1)
+    (tmp_path / "d2").mkdir()
+    with ScriptedOpenAIServer(handler=_scored_judge) as srv:
+        r, rep, *_ = _drive(tmp_path / "d2", built, srv.url, validate=False,
+                            metrics_dir=segments_dir(run) / second.name)  # fmt: skip
+    assert rep["ok"], rep.get("error", "")[-3000:]
+    got = collect_steps(run)
+    assert [(s, folder.parent.name) for s, folder, _ in got] == [(1, first.name), (2, second.name)]
+    third = new_segment(run, "102", 1)
+    shutil.copytree(segments_dir(run) / second.name / "samples", segments_dir(run) / third.name / "samples")
+    got = collect_steps(run)
+    assert [(s, folder.parent.name) for s, folder, _ in got] == [(1, first.name), (2, third.name)]
+    page = write_samples_page(run).read_text()
+    assert [page.count(f'{{"step": {s}, "groups": [') for s in (1, 2, 3)] == [1, 1, 0]
 
 
 def test_a_judge_down_for_20_s_then_answering_gives_a_batch_with_real_scores(built, tmp_path):

@@ -1,7 +1,7 @@
 """The recipe plus the exact overrides of the launch, through EasyR1 b44b311's own config loader.
 
 The trainer command is taken from ``bash launch/grpo_8b.sh --dry-run`` (never retyped): its environment assignments
-and its arguments after ``-m verl.trainer.main`` go to tests/easyr1/drive_config.py, which runs main.py's config path
+and its arguments after ``-m reward.train`` (EasyR1's ``verl.trainer.main``, same arguments) go to tests/easyr1/drive_config.py, which runs main.py's config path
 (structured PPOConfig, merge, to_object, deep_post_init) in .venv-easyr1. This replaces the key list that
 tests/reward/test_recipe.py used to keep (tests/data/easyr1_b44b311_config_keys.txt): EasyR1's classes answer directly.
 """
@@ -27,7 +27,7 @@ def launch_trainer_command(tmp: Path) -> tuple[dict[str, str], list[str]]:
     trainer = step(steps(tmp, QUOTECITE_MAX_STEPS="8"), "trainer")
     env = {**trainer["env"], "CUDA_VISIBLE_DEVICES": trainer["gpus"]}
     argv = trainer["argv"]
-    return env, argv[argv.index("verl.trainer.main") + 1 :]
+    return env, argv[argv.index("reward.train") + 1 :]  # reward.train hands them to verl.trainer.main unchanged
 
 
 def load(tmp: Path, cases: list[dict], cwd: Path | None = None, **env: str) -> dict:

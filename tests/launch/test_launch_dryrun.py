@@ -123,7 +123,7 @@ def test_dry_run_trainer_command_resumes_in_the_run_folder_and_reaches_the_serve
     st = steps(tmp_path, QUOTECITE_MAX_STEPS="144", QUOTECITE_TRAIN_FILES="/d/train.parquet")
     trainer = step(st, "trainer")
     argv, env = trainer["argv"], trainer["env"]
-    assert argv[:3] == ["python3", "-m", "verl.trainer.main"]
+    assert argv[:3] == ["python3", "-m", "reward.train"]  # EasyR1's verl.trainer.main with the samples' wandb hook
     assert argv[3:] == [
         f"config={REPO}/recipes/qwen3vl_8b_grpo.yaml",
         "trainer.nnodes=1",

@@ -13,7 +13,7 @@ from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.sample import SAMPLE_FACTS
 from reward.config import RewardConfig
 from reward.pipeline import RewardScorer
-from reward.samples import WANDB_COLUMNS, SampleWriter, grpo_advantages, load_steps, log_to_wandb, wandb_rows
+from reward.samples import WANDB_COLUMNS, SampleWriter, WandbSamples, grpo_advantages, load_steps, wandb_table
 
 EN = SAMPLE_FACTS.fact("en_sentence").text
 QA = SAMPLE_FACTS.qa[0]
@@ -108,26 +108,46 @@ def test_pipeline_writes_samples_of_each_training_batch(cache, tmp_path, monkeyp
     assert r0["reward"]["overall"] == pytest.approx(max(rewards)) and "keep" in r0
 
 
-def test_wandb_rows_one_per_response_with_crop_paths(tmp_path):
+def test_a_question_in_two_filter_attempts_is_two_groups_with_their_own_advantages(cache, tmp_path, monkeypatch):
+    """EasyR1's online filter generates the batch again when too few groups pass the keep band; a question drawn in
+    both attempts is two GRPO groups (two uids), each normalised on its own, as compute_advantage does."""
+    monkeypatch.setenv("QUOTECITE_METRICS_DIR", str(tmp_path / "seg"))
+    cfg = RewardConfig(cache_dir=str(cache.path.parent), judge="lexical", batch_groups=2, keep_band=[0.01, 0.99],
+                       samples_groups=4)  # fmt: skip
+    scorer = RewardScorer(cfg)
+    right, wrong = QA.answer, "Beijing"
+    first = scorer.score(group(cache, "a", [right, wrong, wrong]) + group(cache, "b", [wrong] * 3))
+    assert not (tmp_path / "seg" / "samples").exists()  # one group passed: EasyR1 generates another attempt
+    second = scorer.score(group(cache, "a", [right, right, wrong]) + group(cache, "b", [wrong] * 3))
+    (rec,) = load_steps(tmp_path / "seg")
+    by = {(g["attempt"], g["qid"]): g for g in rec["groups"]}
+    assert sorted(by) == [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
+    for attempt, out in ((1, first), (2, second)):
+        rewards = [b.overall for b, _ in out[:3]]
+        got = sorted(r["advantage"] for r in by[(attempt, "a")]["responses"])
+        assert got == pytest.approx(sorted(grpo_advantages(rewards)))  # not normalised over both attempts' six
+        assert by[(attempt, "a")]["trained"] and not by[(attempt, "b")]["trained"]
+
+
+def test_wandb_table_one_row_per_response_and_one_image_column_per_crop(tmp_path):
     w = SampleWriter(tmp_path, groups=1)
-    w.write(1, [fake("q", 1.0, 0.5, [b"png1"]), fake("q", 0.0, 0.5)])
+    w.write(1, [fake("q", 1.0, 0.5, [b"png1", b"png2"]), fake("q", 0.0, 0.5, [b"png3"]), fake("q", 0.5, 0.5)])
     rec = load_steps(tmp_path)[0]
-    rows = wandb_rows(tmp_path, rec)
-    assert len(rows) == 2 and len(rows[0]) == len(WANDB_COLUMNS)
-    assert rows[0][4] > 0 > rows[1][4] and Path(rows[0][-1][0]).read_bytes() == b"png1"
+    columns, rows = wandb_table(tmp_path, rec, step=7)
+    assert columns == [*WANDB_COLUMNS, "crop_1", "crop_2"] and all(len(r) == len(columns) for r in rows)
+    by_adv = sorted(rows, key=lambda r: -r[5])
+    assert [r[0] for r in rows] == [7, 7, 7]  # the trainer's step, not the segment's batch number
+    assert [Path(c).read_bytes() for c in by_adv[0][-2:]] == [b"png1", b"png2"]
+    assert by_adv[1][-2:] == [None, None] and Path(by_adv[2][-2]).read_bytes() == b"png3" and by_adv[2][-1] is None
+    _, imaged = wandb_table(tmp_path, rec, image=lambda p: ("image", p))
+    assert {c[0] for r in imaged for c in r[-2:] if c is not None} == {"image"}
 
 
-def test_wandb_table_offline(tmp_path, monkeypatch):
-    wandb = pytest.importorskip("wandb", reason="wandb is not installed in .venv")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    w = SampleWriter(tmp_path, groups=1)
-    w.write(1, [fake("q", 1.0, 0.5), fake("q", 0.0, 0.5)])
-    run = wandb.init(project="t", dir=str(tmp_path))
-    try:
-        assert log_to_wandb(tmp_path, 1)
-    finally:
-        run.finish()
+def test_wandb_samples_log_nothing_without_a_folder_or_a_new_batch(tmp_path):
+    """The trainer-side logger (tests/easyr1/test_easyr1_batch.py logs through it into a real offline wandb run)
+    asks wandb nothing when there is no samples folder or no batch file (wandb is not installed in .venv)."""
+    assert WandbSamples(None).log_new(1) is None
+    assert WandbSamples(tmp_path).log_new(1) is None
 
 
 def test_the_judges_reply_is_kept_with_its_scores_and_reaches_the_sample(tmp_path):
