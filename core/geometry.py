@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from core.errors import InputError
 
 BBOX_TOLERANCE = 2.0
@@ -60,6 +62,29 @@ def iou(a: Sequence[float], b: Sequence[float]) -> float:
         return 0.0
     inter = w * h
     return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`iou` of every pair of boxes ``a`` ``(n, 4)`` and ``b`` ``(m, 4)`` -> ``(n, m)``, vectorised (the same
+    rule: ``x0 <= x1``, ``y0 <= y1``; no overlap or a box without area -> 0).
+
+    >>> float(iou_matrix([(0, 0, 10, 10)], [(0, 0, 10, 5), (20, 20, 30, 30)])[0, 0]), iou((0, 0, 10, 10), (0, 0, 10, 5))
+    (0.5, 0.5)
+    """
+    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
+    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    if len(a) == 0 or len(b) == 0:
+        return np.zeros((len(a), len(b)))
+    w = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
+    h = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
+    inter = np.clip(w, 0, None) * np.clip(h, 0, None)
+    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
+    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    union = area_a[:, None] + area_b[None, :] - inter
+    valid = (area_a[:, None] > 0) & (area_b[None, :] > 0)
+    out = np.zeros_like(inter)
+    np.divide(inter, union, out=out, where=valid & (union > 0))
+    return out
 
 
 def overshoot_tolerance(side: float) -> float:

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.errors import InputError
+from core.geometry import iou_matrix
 from data_prep.document import normalize_text
 from data_prep.text import token_f1, tokenize
 from data_prep.types import Block
-from eval.boxes import containment_matrix, iou_matrix
+from eval.boxes import containment_matrix
 from eval.metrics import BoxScores, QuestionResult, ScoringConfig, get_metric, score_boxes, threshold_key
 from eval.schemas import Gold, cited_from_json, gold_from_json
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from core.geometry import BBox
+from core.geometry import BBox, iou_matrix
 from core.geometry import iou as geometry_iou
 
 IOU_EPS = 1e-9
@@ -86,24 +86,6 @@ def box_distance(a: Sequence[float], b: Sequence[float]) -> float:
     dx = max(0.0, max(a[0], b[0]) - min(a[2], b[2]))
     dy = max(0.0, max(a[1], b[1]) - min(a[3], b[3]))
     return math.hypot(dx, dy)
-
-
-def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pairwise IoU of normalised boxes ``a`` ``(n, 4)`` and ``b`` ``(m, 4)`` -> ``(n, m)``; zero-area -> 0."""
-    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
-    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
-    if len(a) == 0 or len(b) == 0:
-        return np.zeros((len(a), len(b)))
-    w = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
-    h = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
-    inter = np.clip(w, 0, None) * np.clip(h, 0, None)
-    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
-    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
-    union = area_a[:, None] + area_b[None, :] - inter
-    valid = (area_a[:, None] > 0) & (area_b[None, :] > 0)
-    out = np.zeros_like(inter)
-    np.divide(inter, union, out=out, where=valid & (union > 0))
-    return out
 
 
 def containment_matrix(inner: np.ndarray, outer: np.ndarray) -> np.ndarray:

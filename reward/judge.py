@@ -39,6 +39,7 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import io
+import inspect
 import json
 import logging
 import math
@@ -926,11 +927,11 @@ def get_judge(name: str, **kwargs):
     """``get_judge("http", base_url=..., model=...)`` or ``get_judge("lexical")``; unknown names raise
     ``KeyError`` with a did-you-mean, unknown keyword arguments raise :class:`InputError`."""
     factory = JUDGES.get(name)
-    try:
-        judge = factory(**kwargs)
+    try:  # only the arguments are checked here: a TypeError from inside the judge's set-up is a bug and raises
+        inspect.signature(factory).bind(**kwargs)
     except TypeError as e:
         raise InputError(f"judge {name!r}: {e}") from None
-    return JUDGES.check(name, judge)
+    return JUDGES.check(name, factory(**kwargs))
 
 
 def crop_pngs(

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.geometry import iou_matrix
 from eval.boxes import (
     box_distance,
     containment,
     iou,
-    iou_matrix,
     match_matrix,
     normalize_box,
 )

@@ -8,7 +8,6 @@ import io
 import re
 import socket
 import threading
-import time
 
 import pytest
 from PIL import Image
@@ -171,12 +170,10 @@ FAILURE_CASES = [
 def test_http_judge_failure_modes(script, retries, expected, attempts, failures):
     with ScriptedOpenAIServer(handler=lambda path, body, n: script(n)) as srv:
         j = judge(srv, timeout_s=1.0, retries=retries)
-        t0 = time.perf_counter()
         (got,) = j.score_batch([req()])
-        elapsed = time.perf_counter() - t0
     assert got == (None if expected is None else JudgeScores(*expected))
+    # a slow or hanging server is cut at the deadline: counted as a timeout (a 5 s reply served late would be a score)
     assert (j.stats.attempts, j.stats.retries, dict(j.stats.failures)) == (attempts, attempts - 1, failures)
-    assert elapsed < 1.0 * attempts + 1.5  # every attempt is bounded by the deadline
 
 
 def test_connection_refused_is_retried_then_counted():
@@ -346,3 +343,17 @@ def test_lexical_judge_batch_reads_evidence_texts_and_counts():
     got = j.score_batch([JudgeRequest(Q, "Shenzhen", "Shenzhen", (), (EVIDENCE,)), JudgeRequest(Q, "x", "y", ())])
     assert got == [JudgeScores(5, 5, 5), JudgeScores(0, 0, 0)]
     assert (j.stats.requests, j.stats.ok, dict(j.stats.failures)) == (2, 2, {})
+
+
+def test_get_judge_refuses_an_unknown_argument_but_lets_a_bug_in_the_judges_set_up_raise(monkeypatch):
+    from reward import judge as J
+
+    with pytest.raises(InputError, match="judge 'lexical': .*'temprature'"):
+        J.get_judge("lexical", temprature=0.0)
+
+    def broken_init(self, *args, **kwargs):
+        raise TypeError("a bug inside the judge's set-up")
+
+    monkeypatch.setattr(J.LexicalJudge, "__init__", broken_init)
+    with pytest.raises(TypeError, match="a bug inside"):  # not turned into a user error
+        J.get_judge("lexical")
