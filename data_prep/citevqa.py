@@ -26,7 +26,8 @@ local PDF whose size in bytes differs from ``content_length``, whose page count 
 whose ``track_id`` (file stem) the list lacks is another version of the document than the one annotated, and its
 questions are dropped ("not byte-verified"; the paper drops 16). The list is ``--pdf-source CSV``, by default
 ``data/download/pdf_source.csv`` of the checkout holding ``--citevqa`` (``data/validation/CiteVQA.json``).
-Without it the step cannot run and the command stops unless ``--no-byte-check`` (the earlier behaviour) is given.
+Without it the step cannot run and the command stops unless ``--no-byte-check`` is given (every question kept, none
+byte-verified).
 
 **Element types** (``gt_types``, paper Table 7: text incl. titles and lists, table incl. captions and footnotes,
 figure incl. image captions): from each element's annotated type when the CiteVQA record has an evidence list

@@ -13,7 +13,7 @@ document; here the units are the layout blocks of the cache, and a page is one i
   tokens are those whose cell centre lies inside it, else the one cell overlapping it most (:func:`block_tokens`);
   its text tokens are the span of its text in the text layer.
 * **Prefill attention** (:class:`AttentionRecorder`): a registered attention function that computes the layer's
-  output as before and, for the text layers, keeps the softmax attention of the *query tokens* (question and answer
+  output unchanged and, for the text layers, keeps the softmax attention of the *query tokens* (question and answer
   tokens without stopwords or punctuation) averaged over those queries: ``(layers, heads, keys)``. Only those rows
   are computed, so memory stays ``O(queries x keys)`` per layer, not ``O(keys^2)``.
 * **Head identification** (Section 3.2): causal mediation (:func:`cma_head_scores`): a clean pass and a pass with

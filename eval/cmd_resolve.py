@@ -70,9 +70,9 @@ class Resolver:
     """Drop quote citations whose similarity is below this (resolver units); None keeps all."""
     max_quotes: int = DEFAULT_MAX_QUOTES
     """Safety bound on the quotes kept per response (the reward's parser; the paper has no cap): extra quotes are
-    counted in ``quotes_over_bound`` and warned about. Earlier: 8."""
+    counted in ``quotes_over_bound`` and warned about."""
     dedupe_quotes: bool = False
-    """Drop exact repeats of a quote first (the earlier rule); default: repeats are separate quotes, as in the paper."""
+    """Drop exact repeats of a quote first; default: repeats are separate quotes, as in the paper."""
     budget: int | None = None
     """Question controls only: cite this fixed number of blocks per question, whatever the response (paper
     Appendix F's retrieval-only baselines); None = the response's own citation budget (Table 2)."""

@@ -150,7 +150,7 @@ PROMPT_ROLES: tuple[str, ...] = ("system", "user")
 """Where a template without sections goes (``--prompt-role``)."""
 DEFAULT_PROMPT_ROLES: dict[str, str] = {"language": "system"}
 """The default role per interface: the language prompt is a system prompt (paper J.2); any other template of ours
-(``--coordinate-prompt ours``, a rival system's) stays in the user turn, as before."""
+(``--coordinate-prompt ours``, a rival system's) stays in the user turn."""
 COORDINATE_PROMPTS: tuple[str, ...] = ("citevqa", "ours")
 """``--coordinate-prompt``: CiteVQA's inference prompt (default, the paper's J.1) or our template."""
 

@@ -101,7 +101,7 @@ function render() {
       : f === 'unscorable' ? r.unscorable : irrelevant(r)));
     if (!rs.length) continue;
     h += `<div class="grp"><b>${esc(g.qid)}</b> ${esc(g.question)} <span class="k">gold:</span> ${esc(g.gold)}
-      <span class="tag">keep ${(+g.keep).toFixed(3)}</span><span class="tag">${g.trained ? 'trained' : 'dropped'}</span>
+      <span class="tag">keep ${(+g.keep).toFixed(3)}</span><span class="tag">${g.trained ? 'trained' : 'dropped'}</span>${(g.attempt || 1) > 1 ? `<span class="tag">attempt ${g.attempt}</span>` : ''}
       <div class="cards">`;
     for (const r of rs) {
       cards++; imgs += r.crops.length; const done = new Set();

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from reward.demo import run_reward_demo
 
     run_reward_demo(cached, out / "reward")
-    # --- samples (issue 23) ---
+    # --- samples (reward/samples.py) ---
     from quotecite.samples_demo import run_samples_demo
 
     console.print(f"samples page (what the reward saw, per step): {run_samples_demo(cached, out / 'samples_run')}")

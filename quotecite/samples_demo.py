@@ -1,4 +1,4 @@
-"""The samples step of ``make demo`` (issue 23): two training batches of the demo responses scored with the
+"""The samples step of ``make demo``: two training batches of the demo responses scored with the
 lexical judge under a metrics folder, their samples written by the reward (:mod:`reward.samples`) and the
 browser page (:mod:`eval.samples_page`) written beside them."""
 

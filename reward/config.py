@@ -71,7 +71,7 @@ class RewardConfig:
     keep_band: list | None = None
     """``[filter_low, filter_high]`` of EasyR1's online filter when it is on (the launch passes it): a group
     trains when its ``keep`` lies strictly inside. None: online filtering is off and every group of a call trains."""
-    # --- samples (issue 23, reward/samples.py) ---
+    # --- samples (reward/samples.py) ---
     samples_every: int = 1
     """Write sampled groups (with crops, scores, advantages) of every n-th training batch to
     ``$QUOTECITE_METRICS_DIR/samples/`` (:mod:`reward.samples`); 0: never."""
@@ -98,13 +98,13 @@ class RewardConfig:
     """Resolution of the crops sent to the judge, dots per inch."""
     max_quotes: int = DEFAULT_MAX_QUOTES
     """Safety bound on the quotes kept per response (:data:`reward.response.DEFAULT_MAX_QUOTES`; the paper has no
-    cap): quotes beyond it are left out, counted (``quotes_over_bound``) and logged as a warning. Earlier: 8."""
+    cap): quotes beyond it are left out, counted (``quotes_over_bound``) and logged as a warning."""
     dedupe_quotes: bool = False
-    """Drop exact repeats of a quote before resolving (the earlier rule). Default False, as in the paper: repeated
+    """Drop exact repeats of a quote before resolving. Default False, as in the paper: repeated
     quotes are separate quotes, and the one-to-one assignment gives them distinct blocks."""
     candidates: str = "document"
     """Blocks a quote may resolve to: ``document`` (every block of the document, the paper's Section 3.2: the
-    evidence pages only place the rendered window) or ``window`` (only the pages the policy saw, the earlier rule)."""
+    evidence pages only place the rendered window) or ``window`` (only the pages the policy saw)."""
     reward_form: str = "gated"
     """Reward formula (:data:`reward.scoring.REWARD_FORMS`): ``gated``, ``hard_gate``, ``precision``, ``additive``,
     ``answer_only``."""

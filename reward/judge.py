@@ -38,8 +38,8 @@ import base64
 import concurrent.futures
 import dataclasses
 import hashlib
-import io
 import inspect
+import io
 import json
 import logging
 import math

@@ -6,7 +6,7 @@ Per batch (one GRPO step's rollout_batch x n responses):
 2. load each document's cache once (kept between calls, least recently used dropped);
 3. embed every distinct quote of the batch in one encoder call per encoder, then resolve each response's quotes
    to blocks of the whole document, as the paper does (its page window only placed the rendered pages;
-   ``candidates: window`` restricts them to the window, the earlier rule) (:mod:`reward.resolve`);
+   ``candidates: window`` restricts them to the window) (:mod:`reward.resolve`);
 4. crop the cited blocks (first ``max_crops`` distinct ones) from each PDF, opened once per batch;
 5. judge every parseable response in one concurrent batch (:mod:`reward.judge`);
 6. turn scores into rewards (:mod:`reward.scoring`).
@@ -375,7 +375,7 @@ class RewardScorer:
         :class:`~reward.scoring.RewardBreakdown`'s ``keep`` and parts)."""
         self.last_batch: dict | None = None
         """The training-batch record completed by the last call, if any."""
-        # --- samples (issue 23) ---
+        # --- samples (reward/samples.py) ---
         from reward.samples import make_sampler
 
         self.sampler = make_sampler(config) if judged else None
@@ -573,7 +573,7 @@ class RewardScorer:
 
         out, groups = self._rewards(items, judge_s, stats)
         self.last_batch = self.tracker.add_call(groups, [b for b, _ in out], stats) if self.tracker else None
-        if self.sampler is not None:  # --- samples (issue 23) ---
+        if self.sampler is not None:  # --- samples (reward/samples.py) ---
             self.sampler.add_call(items, out, self.last_batch, tracked=self.tracker is not None)
         return out
 

@@ -12,8 +12,8 @@ then limits the candidates to what the policy saw). Resolvers score every (quote
   ``ln((N - df + 0.5) / (df + 0.5))``, so a term in exactly half the candidates weighs 0, and a negative IDF (a term
   in more than half) is floored at ``0.25 x`` the mean IDF of the candidates' vocabulary. Unbounded; >= 0 unless
   most terms occur in most candidates (then the mean IDF, and with it the floor, is negative).
-* ``bm25_lucene``: the earlier variant, the same BM25 with Lucene's IDF ``ln(1 + (N - df + 0.5) / (df + 0.5))``,
-  which stays positive for every term (:func:`bm25_scores`). Kept to reproduce earlier numbers.
+* ``bm25_lucene``: the same BM25 with Lucene's IDF ``ln(1 + (N - df + 0.5) / (df + 0.5))``,
+  which stays positive for every term (:func:`bm25_scores`).
 * ``fused`` (beyond the paper): reciprocal-rank fusion, quote first, of four rankings of the candidates: the
   quote's ``embedding`` and ``bm25`` rankings (weight 1 each) and, when a *context* is given (the question plus the
   policy's own answer: the reward pipeline and ``eval resolve`` pass it), the context's ``embedding`` and ``bm25``

@@ -16,7 +16,7 @@ Parsing is a short chain of small, separately tested steps:
    :class:`ParsedResponse`. Every quote is kept, repeats included (the paper's assignment gives two equal quotes
    two distinct blocks), up to the safety bound :data:`DEFAULT_MAX_QUOTES`; quotes beyond it are counted in
    ``ParsedResponse.dropped`` so the caller can log them (the reward and ``eval resolve`` do: a counter and a
-   warning). ``dedupe=True`` and ``max_quotes=8`` give the earlier behaviour (exact repeats dropped, 8 kept).
+   warning). ``dedupe=True`` drops exact repeats and ``max_quotes`` lowers the bound (``max_quotes=8`` keeps at most 8).
 
 When several objects carry an ``answer`` or ``quotes`` key, the last one wins (models draft, then answer).
 A rejected response carries one of :data:`REJECT_REASONS`, which the reward counts.
@@ -39,7 +39,7 @@ DEFAULT_MAX_QUOTES = 64
 """Safety bound on the quotes kept per response (the paper states no cap). It is far above what a 768-token
 response holds in practice (the paper's trained model averages 4.6 citations), so it only stops a degenerate
 response from costing a large assignment; when it is hit the extra quotes are counted in
-:attr:`ParsedResponse.dropped`, and the callers log a counter and a warning. Earlier releases kept 8."""
+:attr:`ParsedResponse.dropped`, and the callers log a counter and a warning."""
 
 _SPECIALS = re.compile(r'[{}"\\]')
 _WS = re.compile(r"\s+")
@@ -212,7 +212,7 @@ def _answer_text(value) -> str | None:
 
 def validate(obj: dict | None, max_quotes: int = DEFAULT_MAX_QUOTES, dedupe: bool = False) -> ParsedResponse:
     """Check one candidate object against the contract and normalise it: the first ``max_quotes`` non-empty quotes
-    are kept in order (the rest counted in ``dropped``); ``dedupe`` drops exact repeats first (the earlier rule).
+    are kept in order (the rest counted in ``dropped``); ``dedupe`` drops exact repeats first.
 
     >>> validate({"answer": "x", "quotes": ["A", "A"]}).quotes
     ('A', 'A')

@@ -1,4 +1,4 @@
-"""Sampled rollouts per training step: what the reward saw (issue 23).
+"""Sampled rollouts per training step: what the reward saw.
 
 Every ``samples_every`` reward calls of training (groups of more than one response) the :class:`SampleWriter`
 keeps ``samples_groups`` groups (seeded choice by step; at least one group the keep band drops when there is one)

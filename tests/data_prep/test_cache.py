@@ -371,7 +371,7 @@ def test_two_processes_building_the_same_document_share_one_valid_entry(pdf, tmp
     assert leftovers(cache_dir) == []
 
 
-# ---------------------------------------------------------------------------------------------- issue 10: silent damage
+# ---------------------------------------------------------------------------------------------- silent damage
 def _set_manifest(path: Path, **changes) -> None:
     m = json.loads((path / "manifest.json").read_text())
     m.update(changes)

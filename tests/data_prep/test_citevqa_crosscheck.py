@@ -1,4 +1,4 @@
-"""CiteVQA's reference scorer as a cross-check of ``eval score`` (issue 12).
+"""CiteVQA's reference scorer as a cross-check of ``eval score``.
 
 The vendored release (``../shared/vendor/CiteVQA-039f6a3.tar.gz``) is unpacked and ITS OWN ``eval/run.py`` is
 imported. Its box metrics run unchanged; its judge functions run unchanged too (prompt files, request text, reply

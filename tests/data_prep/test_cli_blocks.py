@@ -161,7 +161,7 @@ def test_real_entry_point_prints_json_on_stdout_and_the_summary_on_stderr(sample
     assert res.stderr.strip().splitlines()[-1].startswith("1 document(s), 4 pages, ")
 
 
-# ---------------------------------------------------------------------------------------------- issue 10
+# ---------------------------------------------------------------------------------------------- damaged entries
 @pytest.mark.parametrize("damage", ["zero_bytes", "all_nan", "rows_reversed"])
 def test_rerun_without_force_repairs_a_damaged_entry(capsys, small_pdf, tmp_path, damage):
     cache = tmp_path / "cache"

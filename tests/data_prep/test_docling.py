@@ -274,7 +274,7 @@ def _iou_contain(a, b) -> tuple[float, float]:
 
 
 def test_pdftext_covers_doclings_text_items():
-    """Coverage figure (issue 2): share of Docling's text items covered by a pdftext block on the same page at IoU
+    """Coverage figure: share of Docling's text items covered by a pdftext block on the same page at IoU
     >= 0.5 or >= 90% containment.
 
     Measured when this test was written (pdftext v1): 2305.03393v1-pg9 9/9, amt_handbook_sample 15/16,

@@ -84,7 +84,7 @@ def test_iou_exactly_at_the_threshold_matches():
 
 
 def test_same_page_recall_is_citevqas_distinct_page_share_and_the_option_gives_the_element_share():
-    # Issue 12, difference 5a: A and B share page 1, C is on page 2; one citation on page 1.
+    # A and B share page 1, C is on page 2; one citation on page 1.
     g = gold([(1, A), (1, B), (2, C)])
     cits = [cite(1, (400.0, 400.0, 500.0, 500.0))]
     s = score_boxes(g, cits)
@@ -107,7 +107,7 @@ def test_precision_counts_optional_elements_but_recall_does_not():
 
 
 def test_reversed_citation_is_malformed_and_matches_nothing_but_the_option_normalises_it():
-    # Issue 12, difference 5c: raw-output semantics (CiteVQA's scorer gives a reversed box no overlap).
+    # Raw-output semantics (CiteVQA's scorer gives a reversed box no overlap).
     reversed_a = Cited(1, (0.0, 0.0, 100.0, 100.0), malformed=True)  # as read from [100, 100, 0, 0]
     s = score_boxes(gold([(1, A)]), [reversed_a])
     assert s.recall["0.1"] == s.recall["0.5"] == 0.0 and s.precision == 0.0

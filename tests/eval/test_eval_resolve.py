@@ -119,8 +119,8 @@ def test_question_control_cites_as_many_blocks_as_the_response_quoted(cache):
 def test_coordinate_tags_become_points_and_a_page_the_document_lacks_is_a_citation_that_matches_nothing(
     cache, tmp_path
 ):
-    # Issue 12, difference 5b: raw-output semantics keep the page-9 tag (4-page document) in the precision
-    # denominator; --drop-missing-pages drops it (the earlier rule).
+    # Raw-output semantics keep the page-9 tag (4-page document) in the precision denominator;
+    # --drop-missing-pages drops it.
     from eval.metrics import score_boxes
     from eval.schemas import Element
 
@@ -201,8 +201,8 @@ def test_fixed_budget_question_control_cites_k_blocks_even_for_an_unparsed_respo
 
 
 def test_quotes_are_neither_capped_at_eight_nor_deduplicated_by_default(cache, caplog):
-    # Issue 12: ten quotes all resolve (the paper has no cap), a repeated quote is a second citation; the options
-    # give the earlier numbers, and the safety bound is logged when hit.
+    # Ten quotes all resolve (the paper has no cap), a repeated quote is a second citation; the options cap and
+    # deduplicate, and the safety bound is logged when hit.
     quotes = [TEXTS[i % len(TEXTS)][2] for i in range(10)]
     resp = json.dumps({"answer": "1932", "quotes": quotes})
     out = Resolver(DocCache(cache.path.parent), resolver="lexical").resolve(gold(cache.key), lang(resp))

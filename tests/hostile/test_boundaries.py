@@ -1,4 +1,4 @@
-"""Hostile inputs at the boundaries every command crosses (issue 22): records, options, files, outputs, work and
+"""Hostile inputs at the boundaries every command crosses: records, options, files, outputs, work and
 text. Each boundary has table-driven cases per class and one hypothesis generator fed to every command that
 crosses it; all run through the harness (harness.py), so they are counted in the suite's summary.
 

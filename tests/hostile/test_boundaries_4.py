@@ -1,4 +1,4 @@
-"""Hostile inputs at the last open boundaries of issue 22: the training parquet of ``reward check``, the reward
+"""Hostile inputs at the last boundaries: the training parquet of ``reward check``, the reward
 settings (``worker.reward.reward_function_kwargs``), the block records of a cache entry, the integer fields of gold
 and prediction records, and the judge's verdicts. Each boundary has table-driven cases and one hypothesis
 generator, fed to every command that crosses it; all run through the harness (harness.py), so they are counted in

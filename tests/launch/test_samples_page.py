@@ -95,3 +95,15 @@ def test_page_in_headless_chromium_shows_every_sample_and_filters_work(run_dir, 
     # with embedded crops the page stands alone
     alone = write_samples_page(run_dir, tmp_path / "alone.html", embed=True)
     assert "data:image/png;base64," in alone.read_text() and counts(alone)[:2] == (4, 2)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_a_question_generated_again_shows_as_its_own_group_with_its_attempt(tmp_path):
+    """EasyR1's filter may generate a question again in a later attempt of the batch: two groups, the second tagged."""
+    w = SampleWriter(tmp_path, groups=4, keep_band=[0.01, 0.99])
+    w.write(1, [{**fake("a", v, 0.5), "attempt": k} for k in (1, 2) for v in (1.0, 0.0)])
+    page = write_samples_page(tmp_path)
+    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", f"file://{page}"],
+                         capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    assert counts(page)[:2] == (4, 0)
+    assert dom.count('<div class="grp"><b>a</b>') == 2 and dom.count(">attempt 2<") == 1 and ">attempt 1<" not in dom

@@ -109,7 +109,7 @@ def test_verbatim_quotes_cite_their_blocks(cache):
 
 
 def test_quotes_resolve_over_the_whole_document_by_default_and_the_window_is_an_option(cache):
-    # Issue 12: the paper resolves against the whole document; the evidence pages only place the rendered window.
+    # The paper resolves against the whole document; the evidence pages only place the rendered window.
     fig = SAMPLE_FACTS.fact("figure_sentence")  # on page 3
     assert fig.page == 3
     g = gt(cache, pages=(1, 2))

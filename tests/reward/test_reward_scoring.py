@@ -39,7 +39,7 @@ def test_gated_reward_has_eleven_levels_for_a_correct_answer():
 
 
 def test_partial_credit_is_the_soft_gate_and_hard_gate_removes_it():
-    # Issue 12: a = 1 (mostly wrong) with perfect evidence. The paper's text does not print Eq. 2; the two readings
+    # a = 1 (mostly wrong) with perfect evidence. The paper's text does not print Eq. 2; the two readings
     # of "evidence counts only when the answer is already correct" differ exactly here.
     mostly_wrong = JudgeScores(1, 5, 5)
     assert get_reward_form("gated")(mostly_wrong) == pytest.approx(0.2)  # the default (soft gate): the old number

@@ -1,4 +1,4 @@
-"""Samples of scored training batches (reward/samples.py, issue 23)."""
+"""Samples of scored training batches (reward/samples.py)."""
 
 from __future__ import annotations
 
