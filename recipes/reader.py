@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import sys
 from pathlib import Path
 
 from core.errors import InputError
-from core.io import safe_yaml
+from core.io import read_text, safe_yaml
 
 _ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
 
@@ -117,22 +116,9 @@ def load_recipe(
 
     path = Path(path)
     try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise RecipeError(f"recipe {path}: no such file") from None
-    except OSError as e:
-        raise RecipeError(f"recipe {path}: cannot read ({e.strerror or e})") from None
-    if not stat.S_ISREG(mode):
-        raise RecipeError(f"recipe {path}: not a regular file")
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise RecipeError(f"recipe {path}: cannot read ({e.strerror or e})") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise RecipeError(f"recipe {path}: not UTF-8 text (byte 0x{data[e.start]:02x} at byte {e.start}); "
-                          "is it a YAML file?") from None  # fmt: skip
+        text = read_text(path)  # the one file reader: a FIFO, a folder or bytes that are not UTF-8 are refused
+    except InputError as e:
+        raise RecipeError(f"recipe {e}") from None
     raw = _yaml(text, f"recipe {path}") or {}
     if not isinstance(raw, dict):
         raise RecipeError(f"recipe {path}: not a YAML mapping")
