@@ -1,4 +1,4 @@
-"""The reward's judge client (:class:`reward.judge.HttpJudge`) against a real vLLM judge server (``make bench``).
+"""The reward's judge client (:class:`reward.judge_http.HttpJudge`) against a real vLLM judge server (``make bench``).
 
 The server is vLLM's CPU build from ``.venv-vllm`` (``make vllm``) serving the tiny random judge checkpoint
 (``tests/support/tiny_vllm.py``) with the launch's own command line (``slurm/common.sh``, as the ``vllm`` test tier
@@ -32,7 +32,8 @@ import httpx
 import pytest
 
 from benchmarks.report import print_table
-from reward.judge import HttpJudge, JudgeRequest, JudgeSettings
+from reward.judge import JudgeRequest, JudgeSettings
+from reward.judge_http import HttpJudge
 from tests.vllm.conftest import JUDGE_MODEL, REPO, VLLM_PY, VLLM_READY, VLLMServer
 
 FIXTURES = REPO.parent / "shared" / "fixtures" / "docling-project_docling"
@@ -94,7 +95,7 @@ def _prepare(blocks, n_requests: int, start: int) -> tuple[list[JudgeRequest], d
                 img = doc.crop(b.page, b.bbox, dpi=DPI - j // len(blocks))
                 t1 = time.process_time()
                 buf = io.BytesIO()
-                img.save(buf, format="PNG", optimize=False)  # as reward.judge.crop_pngs does
+                img.save(buf, format="PNG", optimize=False)  # as data_prep.crops.crop_pngs does
                 png = buf.getvalue()
                 t2 = time.process_time()
                 base64.b64encode(png).decode("ascii")  # as the request body carries it

@@ -19,7 +19,7 @@ a file or one of its ``{fields}`` is missing. ``$QUOTECITE_CITEVQA_DIR`` stands 
      ``<relevance_score>X</relevance_score>`` is Rel. A response without citations is judged with no image (the
      judge scores unsupported evidence), as CiteVQA's scorer does.
 
-  Both calls run on :class:`reward.judge.HttpJudge`'s client (concurrency, deadline, retries with backoff,
+  Both calls run on :class:`reward.judge_http.HttpJudge`'s client (concurrency, deadline, retries with backoff,
   de-duplication, failure counting): only the request body and the reply parser differ. A reply is read as the
   tag of its kind after any ``<think>`` block, spaces inside the tag allowed; a value outside 0..5, a reply
   without the tag, or one with two tags that disagree leaves that score missing and the question out of the judge
@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import InputError
-from reward.judge import HttpJudge, JudgeRequest, JudgeStats, run_sync
+from reward.judge import JudgeRequest, JudgeStats
+from reward.judge_http import HttpJudge, run_sync
 from reward.response import strip_reasoning
 
 CITEVQA_DIR_ENV = "QUOTECITE_CITEVQA_DIR"
@@ -229,7 +230,7 @@ class _TagCall(HttpJudge):
 class CiteVQAJudge:
     """The paper's evaluation judge: CiteVQA's answer-accuracy call (no images) and relevance call (crops).
 
-    Same interface as :class:`reward.judge.HttpJudge` (``score_batch``, ``stats``, ``total``, ``url``, ``model``,
+    Same interface as :class:`reward.judge_http.HttpJudge` (``score_batch``, ``stats``, ``total``, ``url``, ``model``,
     ``failure_examples``); ``score_batch`` returns :class:`CiteVQAScores` (never None: a failed call leaves its
     field None). Keyword arguments go to both calls' :class:`HttpJudge` (``concurrency``, ``timeout_s``, ...); the two
     calls of a batch run side by side, so up to twice ``concurrency`` requests can be in flight."""

@@ -82,7 +82,7 @@ class ScoreRun:
 
 # ---------------------------------------------------------------------------------------------- judge
 def _evidence(cached, doc, citations) -> tuple[list, list[str]]:
-    """reward Citations for :func:`reward.judge.crop_pngs` and the cited texts for the lexical judge."""
+    """reward Citations for :func:`data_prep.crops.crop_pngs` and the cited texts for the lexical judge."""
     from reward.resolve import Citation
 
     cits, texts = [], []
@@ -120,7 +120,8 @@ def run_judge(golds: Sequence[Gold], preds: Sequence[Prediction | None], judge, 
 
     Raises :class:`InputError` when the judge is misconfigured (:class:`JudgeSetupCheck`); outages only leave the
     questions they hit unjudged."""
-    from reward.judge import JudgeRequest, JudgeSettings, JudgeStats, crop_pngs
+    from data_prep.crops import crop_pngs
+    from reward.judge import JudgeRequest, JudgeSettings, JudgeStats
 
     settings = JudgeSettings()  # the crops: at most six at 150 dpi (Appendix A), as the reward's judge sees them
 

@@ -69,18 +69,12 @@ import numpy as np
 from core.errors import InputError
 from core.geometry import BBox
 from data_prep.cache import CachedDoc, DocCache
+from data_prep.crops import crop_pngs
 from data_prep.encoders import MemoEncoder
 from data_prep.encoders.qwen3vl import EmbeddingServerError
 from data_prep.groundtruth import GroundTruth, unpack_ground_truth
 from reward.config import RewardConfig
-from reward.judge import (
-    CONFIG_FAILURES,
-    JudgeRequest,
-    JudgeScores,
-    JudgeStats,
-    build_judge,
-    crop_pngs,
-)
+from reward.judge import CONFIG_FAILURES, JudgeRequest, JudgeScores, JudgeStats, build_judge
 from reward.lat import LatBreakdown, StepEmbedder, StepItem, StepTerms
 from reward.resolve import (
     Citation,

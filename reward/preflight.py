@@ -620,7 +620,8 @@ def _check_encoders(scorer, loaded: dict, doc_rows: Counter, report: CheckReport
 def _probe_judge(judge, config, probe_row, report: CheckReport) -> None:
     """One real request through the reward's judge client: the first row's question and gold answer (given as the
     answer), with a crop of the smallest block of its window (a blank 16x16 image without one)."""
-    from reward.judge import JudgeRequest, crop_pngs
+    from data_prep.crops import crop_pngs
+    from reward.judge import JudgeRequest
     from reward.resolve import Citation
 
     question, gold, crop = "What does the evidence show?", "a test", b""

@@ -230,7 +230,7 @@ def make_sampler(config) -> BatchSampler | None:
     folder = os.environ.get("QUOTECITE_METRICS_DIR")
     if not folder or not config.samples_every:
         return None
-    from reward.judge import crop_pngs
+    from data_prep.crops import crop_pngs
 
     writer = SampleWriter(folder, config.samples_every, config.samples_groups, config.samples_max_mb,
                           keep_band=config.keep_band)  # fmt: skip

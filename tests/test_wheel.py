@@ -92,10 +92,10 @@ def test_the_wheel_holds_the_packages_and_the_prompts(wheel):
 
 def test_the_installed_packages_and_prompts_come_from_the_fresh_environment(env_python, tmp_path):
     probe = (
-        "import json, data_prep, reward, eval, recipes\n"
-        "from reward.judge import DEFAULT_PROMPT\n"
+        "import json, core, data_prep, reward, eval, recipes\n"
+        "from reward.judge_prompt import DEFAULT_PROMPT\n"
         "from eval.infer import PROMPTS_DIR\n"
-        "print(json.dumps({'modules': [m.__file__ for m in (data_prep, reward, eval, recipes)],"
+        "print(json.dumps({'modules': [m.__file__ for m in (core, data_prep, reward, eval, recipes)],"
         " 'judge': str(DEFAULT_PROMPT), 'prompts': str(PROMPTS_DIR), 'text': recipes.read_prompt('judge.txt')}))"
     )
     got = json.loads(_run([str(env_python), "-c", probe], cwd=tmp_path).stdout)

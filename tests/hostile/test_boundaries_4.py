@@ -782,7 +782,8 @@ def judge_call(handler):
     (scores, stats)."""
 
     def command(c):
-        from reward.judge import HttpJudge, JudgeRequest
+        from reward.judge import JudgeRequest
+        from reward.judge_http import HttpJudge
 
         c.server(handler)
         judge = HttpJudge(c.vars["judge_url"], "judge-model", timeout_s=5, retries=0, backoff_s=0.01)
@@ -848,7 +849,7 @@ def test_generated_verdicts(token, key, fenced, tmp_path_factory):
 
 def test_parse_judge_output_never_raises_on_hostile_numbers():
     """The parser itself (what ``eval score`` and the reward share): a hostile verdict is None, never an error."""
-    from reward.judge import parse_judge_output
+    from reward.judge_prompt import parse_judge_output
 
     for k, v in {**VERDICTS, "whole-int5000": "9" * 5000, "nan": "NaN"}.items():
         assert parse_judge_output(v) is None, k

@@ -571,7 +571,8 @@ def _judge_call(handler=None, *, closed: bool = False, timeout: float = 5.0, ret
     """A library case: one HttpJudge batch against a scripted server; the value is (scores, stats)."""
 
     def command(c):
-        from reward.judge import HttpJudge, JudgeRequest
+        from reward.judge import JudgeRequest
+        from reward.judge_http import HttpJudge
 
         if closed:
             closed_port(c)

@@ -13,17 +13,10 @@ import pytest
 from PIL import Image
 
 from core.errors import InputError
-from reward.judge import (
-    HttpJudge,
-    JudgePrompt,
-    JudgeRequest,
-    JudgeScores,
-    LexicalJudge,
-    frame_data,
-    get_judge,
-    lexical_scores,
-    parse_judge_output,
-)
+from reward.judge import JudgeRequest, JudgeScores, get_judge
+from reward.judge_http import HttpJudge
+from reward.judge_lexical import LexicalJudge, lexical_scores
+from reward.judge_prompt import JudgePrompt, frame_data, parse_judge_output
 from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
 
 # --------------------------------------------------------------------------------------------- output parser
@@ -347,6 +340,7 @@ def test_lexical_judge_batch_reads_evidence_texts_and_counts():
 
 def test_get_judge_refuses_an_unknown_argument_but_lets_a_bug_in_the_judges_set_up_raise(monkeypatch):
     from reward import judge as J
+    from reward import judge_lexical
 
     with pytest.raises(InputError, match="judge 'lexical': .*'temprature'"):
         J.get_judge("lexical", temprature=0.0)
@@ -354,6 +348,6 @@ def test_get_judge_refuses_an_unknown_argument_but_lets_a_bug_in_the_judges_set_
     def broken_init(self, *args, **kwargs):
         raise TypeError("a bug inside the judge's set-up")
 
-    monkeypatch.setattr(J.LexicalJudge, "__init__", broken_init)
+    monkeypatch.setattr(judge_lexical.LexicalJudge, "__init__", broken_init)
     with pytest.raises(TypeError, match="a bug inside"):  # not turned into a user error
         J.get_judge("lexical")

@@ -16,10 +16,10 @@ import pytest
 
 from core.errors import InputError, QuoteciteError
 from data_prep.cache import CacheError
+from data_prep.crops import crop_pngs
 from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.sample import SAMPLE_FACTS
 from reward.config import RewardConfig
-from reward.judge import crop_pngs
 from reward.pipeline import RewardScorer
 from reward.quote_reward import REWARD_NAME, REWARD_TYPE, compute_score
 from reward.resolve import resolve_quotes

@@ -16,7 +16,8 @@ import pytest
 
 from core.errors import InputError
 from reward.config import RewardConfig
-from reward.judge import HttpJudge, JudgeRequest, JudgeScores
+from reward.judge import JudgeRequest, JudgeScores
+from reward.judge_http import HttpJudge
 from reward.servers import ServerOutageError, UrlListAction, parse_urls
 from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
 

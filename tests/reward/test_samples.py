@@ -152,7 +152,8 @@ def test_wandb_samples_log_nothing_without_a_folder_or_a_new_batch(tmp_path):
 
 def test_the_judges_reply_is_kept_with_its_scores_and_reaches_the_sample(tmp_path):
     # what the samples browser shows beside the scores: the reply as the judge wrote it
-    from reward.judge import HttpJudge, JudgeRequest, JudgeScores
+    from reward.judge import JudgeRequest, JudgeScores
+    from reward.judge_http import HttpJudge
     from reward.samples import SampleWriter
     from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
 

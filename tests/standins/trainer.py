@@ -16,10 +16,10 @@ What it copies from EasyR1, because the launch script depends on it:
 What it adds: SIGUSR1 makes it finish the current step, save, and exit 0 (``QUOTECITE_TRAINER_STOP=signal``);
 each step calls the judge (chat completions) and the embedder (embeddings) at ``QUOTECITE_JUDGE_URL`` /
 ``QUOTECITE_EMBED_URL`` and appends the reward's counters to ``$QUOTECITE_METRICS_DIR/reward_counters.jsonl``.
-The judge is called through the reward's own client (:class:`reward.judge.HttpJudge`) and the embedder failure
+The judge is called through the reward's own client (:class:`reward.judge_http.HttpJudge`) and the embedder failure
 through the reward's own ``/health`` wait, both with the recipe's ``worker.reward.reward_function_kwargs.
 judge_outage_s``: an outage is waited out exactly as the reward plugin does, and one that outlasts the budget
-ends the process with the reward's :class:`~reward.judge.ServerOutageError` and its ``server_outage.json`` (as a
+ends the process with the reward's :class:`~reward.servers.ServerOutageError` and its ``server_outage.json`` (as a
 Ray task error ends EasyR1's trainer). ``reward_counters.jsonl`` lines carry ``judge_outages``.
 
 Knobs (environment): ``QUOTECITE_STANDIN_STEP_SECONDS`` (default 1.0); ``QUOTECITE_STANDIN_SLOW_SAVE=STEP:SECONDS``
@@ -214,7 +214,8 @@ class Trainer:
 
     # --------------------------------------------------------------- the loop
     def call_servers(self) -> dict:
-        from reward.judge import HttpJudge, JudgeRequest
+        from reward.judge import JudgeRequest
+        from reward.judge_http import HttpJudge
         from reward.servers import health_url, wait_for_health
 
         counters = {"judge_calls": 0, "embed_calls": 0}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
+from data_prep.crops import crop_pngs
 from eval.citevqa import CiteVQAJudge
-from reward.judge import JudgeRequest, JudgeSettings, crop_pngs
+from reward.judge import JudgeRequest, JudgeSettings
 from tests.eval.test_eval_score import _score, cache, citevqa_dir, files  # noqa: F401  (fixtures)
 from tests.vllm.conftest import JUDGE_MODEL
 

@@ -10,10 +10,12 @@ import sys
 import httpx
 import pytest
 
+from data_prep.crops import crop_pngs
 from data_prep.groundtruth import GroundTruth, pack_ground_truth
 from data_prep.sample import SAMPLE_FACTS
 from reward.config import RewardConfig
-from reward.judge import HttpJudge, JudgeRequest, JudgeSettings, crop_pngs
+from reward.judge import JudgeRequest, JudgeSettings
+from reward.judge_http import HttpJudge
 from reward.pipeline import RewardScorer
 from reward.quote_reward import compute_score
 from tests.vllm.conftest import JUDGE_MODEL, REPO

@@ -1,0 +1,201 @@
+"""The judge's prompt and reply format: the rubric prompt (``recipes/prompts/judge.txt``) rendered for a request,
+the JSON schema of the reply (what constrained decoding sends) and the one parser of a reply into scores.
+
+The prompt frames the question, the answers and the crops' text as data inside delimiters with an explicit rule
+that they are never instructions; delimiter tags inside the data are removed (:func:`frame_data`). A reply's verdict
+is the JSON object naming the three scores, anywhere in it (:func:`parse_judge_output`); anything else is None.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+from core.errors import InputError
+from core.io import MAX_INT_DIGITS, loads_record
+from recipes import prompt_path
+from reward.judge import SCORE_KEYS, SCORE_MAX, JudgeRequest, JudgeScores
+from reward.response import iter_json_objects, strip_reasoning
+
+DEFAULT_PROMPT = prompt_path("judge.txt")
+"""The judge prompt: a ``=== system ===`` section and a ``=== user ===`` template with ``{{name}}`` fields."""
+
+
+# --------------------------------------------------------------------------------------------- output parsing
+def _score_value(v) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, int) and 0 <= v <= SCORE_MAX:
+        return v
+    return None
+
+
+_DIGITS = re.compile(r"\d+")
+_NOT_JSON = ": not valid JSON ("
+"""How :func:`core.io.loads_record` says a text is no JSON at all (prose around the verdict), as opposed to
+JSON it refuses (a number past its bounds, NaN, nesting too deep)."""
+
+
+def _verdict_objects(text: str) -> list[dict] | None:
+    """The JSON objects of a reply's verdict text (its reasoning removed), each through the one record parser
+    (:func:`core.io.loads_record`: no integer of more than 300 digits, no NaN or infinity, nesting bounded);
+    None when any of them fails those bounds (the reply is unparseable, never an exception).
+
+    A reply that is one JSON value (a structured reply, or one inside a code fence) is parsed as it is; otherwise
+    the objects are found in the prose (:func:`reward.response.iter_json_objects`) and each is parsed again
+    through the record parser from its JSON text, so NaN, an infinity or a 400-digit integer that the scan
+    accepted are refused the same way.
+
+    >>> _verdict_objects('{"answer": 5, "relevance": 4, "coverage": 3}')
+    [{'answer': 5, 'relevance': 4, 'coverage': 3}]
+    >>> _verdict_objects('{"answer": 5, "relevance": 4, "coverage": NaN}') is None
+    True
+    """
+    body = strip_reasoning(text).strip()
+    if len(body) >= 6 and body.startswith("```") and body.endswith("```"):  # one code fence (sliced: linear)
+        inner = body[3:-3]
+        body = (inner[4:] if inner[:4].lower() == "json" else inner).strip()
+    if any(len(m.group()) > MAX_INT_DIGITS for m in _DIGITS.finditer(body)):
+        return None  # a number the record parser refuses, even where the scan below would skip its object
+    try:
+        whole = loads_record(body, "judge reply")
+    except InputError as e:
+        if _NOT_JSON not in str(e):
+            return None
+    else:
+        if isinstance(whole, dict):
+            return [whole]
+    out = []
+    for obj in iter_json_objects(body):
+        try:
+            out.append(loads_record(json.dumps(obj), "judge reply"))
+        except (InputError, ValueError, RecursionError):
+            return None
+    return out
+
+
+def parse_judge_output(text: str) -> JudgeScores | None:
+    """The one verdict of a reply: the JSON object naming a score, anywhere in it (after reasoning, inside a code
+    fence).
+
+    Every one of ``answer``, ``relevance``, ``coverage`` must be an integer 0..5 (``4.0`` counts as 4); anything
+    else (missing, out of range, a string, a reply cut off inside ``<think>``) gives None, never a guess. A reply
+    with two score objects that disagree (a verdict, then one quoted from injected text) is unparseable too: no
+    "last one wins"; the same object repeated counts once.
+
+    >>> parse_judge_output('The answer matches.\\n```json\\n{"answer": 5, "relevance": 4, "coverage": 3}\\n```')
+    JudgeScores(answer=5, relevance=4, coverage=3)
+    >>> parse_judge_output('{"answer": 6, "relevance": 4, "coverage": 3}') is None
+    True
+    """
+    objects = _verdict_objects(text) if isinstance(text, str) else None
+    if objects is None:
+        return None
+    found: list[JudgeScores] = []
+    for obj in objects:
+        if any(k in obj for k in SCORE_KEYS):
+            values = [_score_value(obj.get(k)) for k in SCORE_KEYS]
+            if any(v is None for v in values):
+                return None
+            scores = JudgeScores(*values, crop_relevance=parse_crop_relevance(obj.get(CROP_RELEVANCE_KEY)))
+            if found and (scores != found[0] or scores.crop_relevance != found[0].crop_relevance):
+                return None
+            found.append(scores)
+    return found[0] if found else None
+
+
+def reply_schema(n_crops: int) -> dict:
+    """The JSON schema of the rubric's reply for ``n_crops`` crops (what :attr:`JudgeSettings.structured` sends):
+    the three scores as integers 0..5 and exactly one 0/1 per crop, nothing else.
+
+    >>> reply_schema(2)["properties"]["crop_relevance"]["minItems"]
+    2
+    """
+    score = {"type": "integer", "minimum": 0, "maximum": SCORE_MAX}
+    return {
+        "type": "object",
+        "properties": {
+            **{k: score for k in SCORE_KEYS},
+            CROP_RELEVANCE_KEY: {"type": "array", "items": {"type": "integer", "enum": [0, 1]},
+                                 "minItems": n_crops, "maxItems": n_crops},
+        },
+        "required": [*SCORE_KEYS, CROP_RELEVANCE_KEY],
+        "additionalProperties": False,
+    }  # fmt: skip
+
+
+CROP_RELEVANCE_KEY = "crop_relevance"
+"""Optional key of the judge's reply: one 0/1 per crop, in order (the ``precision`` reward form reads it)."""
+
+
+def parse_crop_relevance(value) -> tuple[int, ...] | None:
+    """The judge's per-crop relevance list as a tuple of 0/1 (``true``/``false`` and ``1.0`` accepted); None when
+    absent or not such a list (the three scores still count: a reply without the list is the older format).
+
+    >>> parse_crop_relevance([1, 0, True]), parse_crop_relevance([1, 2]), parse_crop_relevance(None)
+    ((1, 0, 1), None, None)
+    """
+    if not isinstance(value, list):
+        return None
+    out = []
+    for v in value:
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if not isinstance(v, int) or v not in (0, 1):
+            return None
+        out.append(int(v))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------- prompt
+_DATA_TAGS = re.compile(r"</?\s*(?:question|gold_answer|model_answer)\b[^>]*>", re.IGNORECASE)
+_FIELD = re.compile(r"\{\{(\w+)\}\}")
+
+
+def frame_data(text: str) -> str:
+    """Data placed between the prompt's delimiters: our delimiter tags are removed so data cannot close its
+    own frame and pose as prompt text."""
+    return _DATA_TAGS.sub("[tag removed]", text)
+
+
+class JudgePrompt:
+    """The judge prompt file split into its system text and user template."""
+
+    def __init__(self, path: str | Path = DEFAULT_PROMPT) -> None:
+        path = Path(path)
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"judge prompt {path}: cannot read ({e.strerror or e})") from None
+        m = re.search(r"^=== system ===\n(.*?)^=== user ===\n(.*)\Z", raw, re.DOTALL | re.MULTILINE)
+        if not m:
+            raise InputError(f"judge prompt {path}: expected '=== system ===' then '=== user ===' sections")
+        self.path = path
+        self.system = m.group(1).strip()
+        self.user_template = m.group(2).strip()
+        missing = {"question", "gold_answer", "answer"} - set(_FIELD.findall(self.user_template))
+        if missing:
+            raise InputError(f"judge prompt {path}: user template lacks {{{{{sorted(missing)[0]}}}}}")
+
+    def render_user(self, request: JudgeRequest) -> str:
+        values = {
+            "question": frame_data(request.question),
+            "gold_answer": frame_data(request.gold_answer),
+            "answer": frame_data(request.answer),
+            "n_crops": str(len(request.crops)),
+        }
+        # One pass over the template: inserted data is never scanned for fields again.
+        return _FIELD.sub(lambda m: values.get(m.group(1), m.group(0)), self.user_template)
+
+    def messages(self, request: JudgeRequest) -> list[dict]:
+        """OpenAI chat messages: the system rubric, then the user text followed by one image part per crop."""
+        parts: list[dict] = [{"type": "text", "text": self.render_user(request)}]
+        for i, png in enumerate(request.crops, 1):
+            parts.append({"type": "text", "text": f"Evidence crop {i} of {len(request.crops)}:"})
+            url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": parts}]
