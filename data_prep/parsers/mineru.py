@@ -49,14 +49,7 @@ from core.errors import InputError
 from core.geometry import BBox, finite_box, page_box
 from data_prep.document import Document
 from data_prep.parsers.mineru_run import installed_version, run_mineru
-from data_prep.parsers.mineru_text import (  # noqa: F401  (html_table_text, latex_plain: part of this module's API)
-    _inline_text,
-    _lines_text,
-    _markdown_math,
-    _math,
-    html_table_text,
-    latex_plain,
-)
+from data_prep.parsers.mineru_text import _inline_text, _lines_text, _markdown_math, _math, html_table_text
 from data_prep.types import Block, renumber
 
 log = logging.getLogger(__name__)

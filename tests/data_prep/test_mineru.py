@@ -19,7 +19,8 @@ from reportlab.pdfgen import canvas
 from core.errors import InputError
 from data_prep.document import Document
 from data_prep.parsers import PARSERS
-from data_prep.parsers.mineru import MinerUParser, detect_schema, html_table_text, latex_plain
+from data_prep.parsers.mineru import MinerUParser, detect_schema
+from data_prep.parsers.mineru_text import html_table_text, latex_plain
 from data_prep.text import token_f1, token_recall
 from data_prep.types import BLOCK_TYPES
 from tests.conftest import fixture_path
