@@ -52,6 +52,10 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "launch" / "grpo_8b.sh"
 
 
+WRAP_GRACE_S = 5
+"""Seconds ``launch/layout.py run`` gives the program it wraps from SIGTERM until it kills it (``--grace``)."""
+
+
 class State(enum.Enum):
     PREPARE = "prepare"
     SERVE = "serve"
@@ -247,7 +251,7 @@ class Job:
         ``launch/layout.py run``, which gives it that node's GPUs at ``positions``, chooses its port when asked, and
         kills what it leaves behind."""
         wrap = [self.software["launch_python"], str(REPO / "launch" / "layout.py"), "run", "--gpus", positions,
-                "--grace", "5"]  # fmt: skip
+                "--grace", str(WRAP_GRACE_S)]  # fmt: skip
         if port_file is not None:
             wrap += ["--port-file", str(port_file), "--bind-host", bind_host]
             if prefer_port:
@@ -761,6 +765,10 @@ class Job:
 
     # ------------------------------------------------------------------------------------------------ stopping
     def _stop_servers(self, grace: float = 20) -> None:
+        # a server runs under launch/layout.py run, in a session of its own: the wrapper kills it WRAP_GRACE_S after
+        # SIGTERM. Killing the wrapper sooner would leave the server running past the job (and, on a requeue,
+        # holding the node's GPU and port), so the wrapper always gets longer than that.
+        grace = max(grace, WRAP_GRACE_S + 3)
         for srv in reversed(self.servers):
             if srv.proc is not None and srv.proc.poll() is None:
                 self.log(f"stopping {srv.label}")

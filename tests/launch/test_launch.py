@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -68,6 +69,14 @@ def show_job(job: str) -> dict[str, str]:
         k, _, v = tok.partition("=")
         out.setdefault(k, v)
     return out
+
+
+def completing(job: str) -> bool:
+    """Whether Slurm still cleans up a run of ``job``: the job has the COMPLETING flag (squeue state CG) or a node
+    is still COMPLETING (its slurmstepd has not ended)."""
+    cg = subprocess.run(["squeue", "-h", "-t", "CG", "-o", "%i"], capture_output=True, text=True).stdout.split()
+    nodes = subprocess.run(["scontrol", "show", "node", "-o"], capture_output=True, text=True).stdout
+    return job in cg or "COMPLETING" in nodes
 
 
 def kill_every_process_of(job: str) -> None:
@@ -184,7 +193,13 @@ class Run:
         """Start a requeued job now (else Slurm holds it ~121 s), once its first run's processes have all ended: a
         job started again while its first run is still stopping is killed by Slurm ("Job credential revoked")."""
         wait_for(lambda: show_job(job).get("JobState") == "PENDING", T, f"the requeued job {job} to be pending")
+        pending_at = time.time()
         wait_for(lambda: not self.processes(), T, f"every process of job {job}'s first run to end")
+        # and Slurm's own clean-up of that run: the job and its node(s) no longer COMPLETING (its slurmstepd gone)
+        wait_for(lambda: not completing(job), T, f"Slurm to finish cleaning up job {job}'s first run")
+        # slurmd revoked the first run's credential when it killed it and refuses a new one created in the same
+        # second (it compares whole seconds: "Job credential revoked"); Slurm's own ~121 s hold never meets this
+        time.sleep(max(0.0, pending_at + 2.0 - time.time()))
         subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
 
     def usr1(self, job: str) -> None:

@@ -136,7 +136,8 @@ class ScriptedOpenAIServer:
         self.start()
         if banner:
             print(banner.format(url=self.url), flush=True)
-        done.wait()
+        while not done.wait(0.2):  # a timed wait: a signal taken by another thread still runs its handler here
+            pass
         self.stop()
 
     def count(self, path: str) -> int:
