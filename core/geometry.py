@@ -48,6 +48,18 @@ MIN_SIDE = 0.5
 """A box narrower or lower than this many points after clipping has no area and is dropped."""
 
 
+def area(box: Sequence[float]) -> float:
+    """Area of a ``[x0, y0, x1, y1]`` box with ``x0 <= x1``, ``y0 <= y1`` (0 for a box without area)."""
+    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
+
+
+def intersection(a: Sequence[float], b: Sequence[float]) -> float:
+    """Area of the overlap of two boxes with ``x0 <= x1``, ``y0 <= y1`` (0 when they do not overlap)."""
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    return w * h if w > 0 and h > 0 else 0.0
+
+
 def iou(a: Sequence[float], b: Sequence[float]) -> float:
     """Intersection over union of two ``[x0, y0, x1, y1]`` boxes with ``x0 <= x1``, ``y0 <= y1``; 0 when they do
     not overlap or either has no area. The one IoU of the project (data_prep's element typing, the LAT reward, the
@@ -56,12 +68,28 @@ def iou(a: Sequence[float], b: Sequence[float]) -> float:
     >>> iou((0, 0, 10, 10), (5, 0, 15, 10))
     0.3333333333333333
     """
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    if w <= 0 or h <= 0:
+    inter = intersection(a, b)
+    if inter <= 0:
         return 0.0
-    inter = w * h
-    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+    return inter / (area(a) + area(b) - inter)
+
+
+def _box_array(boxes: np.ndarray) -> np.ndarray:
+    return np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+
+
+def area_vector(boxes: np.ndarray) -> np.ndarray:
+    """:func:`area` of every box of ``boxes`` ``(n, 4)`` -> ``(n,)``, vectorised."""
+    b = _box_array(boxes)
+    return np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+
+
+def intersection_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`intersection` of every pair of boxes ``a`` ``(n, 4)`` and ``b`` ``(m, 4)`` -> ``(n, m)``, vectorised."""
+    a, b = _box_array(a), _box_array(b)
+    w = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
+    h = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
+    return np.clip(w, 0, None) * np.clip(h, 0, None)
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -71,15 +99,8 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     >>> float(iou_matrix([(0, 0, 10, 10)], [(0, 0, 10, 5), (20, 20, 30, 30)])[0, 0]), iou((0, 0, 10, 10), (0, 0, 10, 5))
     (0.5, 0.5)
     """
-    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
-    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
-    if len(a) == 0 or len(b) == 0:
-        return np.zeros((len(a), len(b)))
-    w = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
-    h = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
-    inter = np.clip(w, 0, None) * np.clip(h, 0, None)
-    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
-    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    inter = intersection_matrix(a, b)
+    area_a, area_b = area_vector(a), area_vector(b)
     union = area_a[:, None] + area_b[None, :] - inter
     valid = (area_a[:, None] > 0) & (area_b[None, :] > 0)
     out = np.zeros_like(inter)

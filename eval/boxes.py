@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from core.geometry import BBox, iou_matrix
+from core.geometry import BBox, area, area_vector, intersection, intersection_matrix, iou_matrix
 from core.geometry import iou as geometry_iou
 
 IOU_EPS = 1e-9
@@ -43,18 +43,6 @@ def normalize_box(box: Sequence[float]) -> tuple[Box, bool]:
         raise ValueError(f"a box must have finite coordinates, got {list(box)!r}")
     malformed = x1 < x0 or y1 < y0
     return (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)), malformed
-
-
-def area(box: Sequence[float]) -> float:
-    """Area of a normalised box (0 for a degenerate one)."""
-    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
-
-
-def intersection(a: Sequence[float], b: Sequence[float]) -> float:
-    """Area of the intersection of two normalised boxes."""
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    return w * h if w > 0 and h > 0 else 0.0
 
 
 def iou(a: Sequence[float], b: Sequence[float]) -> float:
@@ -90,14 +78,8 @@ def box_distance(a: Sequence[float], b: Sequence[float]) -> float:
 
 def containment_matrix(inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
     """``(n, m)``: share of each ``inner`` box's area inside each ``outer`` box (normalised boxes)."""
-    inner = np.asarray(inner, dtype=np.float64).reshape(-1, 4)
-    outer = np.asarray(outer, dtype=np.float64).reshape(-1, 4)
-    if len(inner) == 0 or len(outer) == 0:
-        return np.zeros((len(inner), len(outer)))
-    w = np.minimum(inner[:, None, 2], outer[None, :, 2]) - np.maximum(inner[:, None, 0], outer[None, :, 0])
-    h = np.minimum(inner[:, None, 3], outer[None, :, 3]) - np.maximum(inner[:, None, 1], outer[None, :, 1])
-    inter = np.clip(w, 0, None) * np.clip(h, 0, None)
-    a = np.clip(inner[:, 2] - inner[:, 0], 0, None) * np.clip(inner[:, 3] - inner[:, 1], 0, None)
+    inter = intersection_matrix(inner, outer)
+    a = area_vector(inner)
     out = np.zeros_like(inter)
     np.divide(inter, a[:, None], out=out, where=a[:, None] > 0)
     return out

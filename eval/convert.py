@@ -63,11 +63,10 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from core.geometry import BBox, clip_bbox
+from core.geometry import BBox, clip_bbox, intersection
 from core.io import loads_record, read_json
 from data_prep.document import Document, render_size
 from data_prep.types import Block
-from eval.boxes import intersection
 from eval.schemas import Gold, iter_jsonl, read_gold, write_jsonl
 
 SYSTEMS: tuple[str, ...] = ("lat", "multattnattrib")

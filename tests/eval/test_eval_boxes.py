@@ -11,6 +11,7 @@ from core.geometry import iou_matrix
 from eval.boxes import (
     box_distance,
     containment,
+    containment_matrix,
     iou,
     match_matrix,
     normalize_box,
@@ -149,3 +150,15 @@ def test_vectorised_iou_equals_the_scalar_one(a, b):
     for i, x in enumerate(a):
         for j, y in enumerate(b):
             assert m[i, j] == pytest.approx(iou(x, y), abs=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(box, min_size=0, max_size=5), st.lists(box, min_size=0, max_size=5))
+def test_vectorised_containment_equals_the_scalar_one(a, b):
+    inner = [normalize_box(x)[0] for x in a]
+    outer = [normalize_box(y)[0] for y in b]
+    m = containment_matrix(np.array(inner), np.array(outer))
+    assert m.shape == (len(a), len(b))
+    for i, x in enumerate(inner):
+        for j, y in enumerate(outer):
+            assert m[i, j] == pytest.approx(containment(x, y), abs=1e-9)
