@@ -71,7 +71,8 @@ def iou(a: Sequence[float], b: Sequence[float]) -> float:
     inter = intersection(a, b)
     if inter <= 0:
         return 0.0
-    return inter / (area(a) + area(b) - inter)
+    # both boxes overlap, so both sides are positive: the areas without area()'s clamps (iou is called per pair)
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
 
 
 def _box_array(boxes: np.ndarray) -> np.ndarray:
@@ -99,12 +100,12 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     >>> float(iou_matrix([(0, 0, 10, 10)], [(0, 0, 10, 5), (20, 20, 30, 30)])[0, 0]), iou((0, 0, 10, 10), (0, 0, 10, 5))
     (0.5, 0.5)
     """
+    a, b = _box_array(a), _box_array(b)
     inter = intersection_matrix(a, b)
-    area_a, area_b = area_vector(a), area_vector(b)
-    union = area_a[:, None] + area_b[None, :] - inter
-    valid = (area_a[:, None] > 0) & (area_b[None, :] > 0)
+    union = area_vector(a)[:, None] + area_vector(b)[None, :] - inter
     out = np.zeros_like(inter)
-    np.divide(inter, union, out=out, where=valid & (union > 0))
+    # a box without area overlaps nothing (inter 0), so union > 0 is the only guard the division needs
+    np.divide(inter, union, out=out, where=union > 0)
     return out
 
 

@@ -78,6 +78,7 @@ def box_distance(a: Sequence[float], b: Sequence[float]) -> float:
 
 def containment_matrix(inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
     """``(n, m)``: share of each ``inner`` box's area inside each ``outer`` box (normalised boxes)."""
+    inner = np.asarray(inner, dtype=np.float64)
     inter = intersection_matrix(inner, outer)
     a = area_vector(inner)
     out = np.zeros_like(inter)
