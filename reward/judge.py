@@ -45,10 +45,13 @@ log = logging.getLogger("reward")
 SCORE_KEYS: tuple[str, ...] = ("answer", "relevance", "coverage")
 SCORE_MAX = 5
 FAILURE_KINDS: tuple[str, ...] = (
-    "timeout", "connection", "http_5xx", "overloaded", "http_4xx", "bad_response", "unparseable", "error",
+    "timeout", "connection", "http_5xx", "overloaded", "http_4xx", "bad_response", "unparseable", "truncated",
+    "error",
 )  # fmt: skip
 """Why a judge request gave no score (counted in :class:`JudgeStats`). ``overloaded`` is HTTP 408/429 (retried);
-``http_4xx`` any other 4xx (not retried: the request itself is wrong)."""
+``http_4xx`` any other 4xx (not retried: the request itself is wrong); ``truncated`` a reply with no score that the
+server cut at ``max_tokens`` (``finish_reason: length``: raise the judge's ``max_tokens``, or turn thinking off);
+``unparseable`` any other reply with no score."""
 
 OUTAGE_FAILURES: frozenset[str] = frozenset({"timeout", "connection", "http_5xx", "overloaded"})
 """Failure kinds that say the server is down, restarting or overloaded (retried, and waited out when they fail a
@@ -92,9 +95,11 @@ class JudgeSettings:
     ``chat_template_kwargs: {"enable_thinking": <this>}``). Off: the judge answers the rubric directly. On, a
     thinking model spends the reply's token budget reasoning, and a reply cut inside it has no score."""
     structured: bool = True
-    """Constrain the judge's decoding to its reply format (vLLM's structured outputs): the rubric through a JSON
-    schema (``response_format``; the crop list exactly as long as the crops), CiteVQA's two prompts through a
-    regex of their own shape (:func:`eval.citevqa.reply_regex`). No reply can then be unparseable; False sends
+    """Constrain the judge's decoding to its reply format (vLLM's per-request ``structured_outputs`` regex, which
+    any vLLM server honours whatever its flags): the rubric through :func:`reward.judge_prompt.reply_regex`
+    (compact JSON, the crop list exactly as long as the crops), CiteVQA's two prompts through a regex of their own
+    shape (:func:`eval.citevqa.reply_regex`). No reply can then be unparseable (one cut by ``max_tokens`` is counted
+    as ``truncated``); False sends
     the paper's unconstrained requests (an exact reproduction: the paper lost 253 of 18,694 judge calls)."""
 
     def client_kwargs(self) -> dict:
@@ -242,6 +247,7 @@ class JudgeStats:
         d["outages"] = self.outages
         d["outage_wait_s"] = round(self.outage_wait_s, 3)
         d["unparseable"] = self.failures.get("unparseable", 0)
+        d["truncated"] = self.failures.get("truncated", 0)
         d["prompt_tokens"] = self.prompt_tokens
         d["completion_tokens"] = self.completion_tokens
         return d

@@ -33,7 +33,7 @@ from reward.judge import (
     JudgeScores,
     JudgeStats,
 )
-from reward.judge_prompt import DEFAULT_PROMPT, JudgePrompt, parse_judge_output, reply_schema
+from reward.judge_prompt import DEFAULT_PROMPT, JudgePrompt, parse_judge_output, reply_regex
 from reward.servers import HEALTH_BACKOFF_S, ReplicaSet, ServerOutageError, health_url, parse_urls, probe_health
 
 log = logging.getLogger("reward")
@@ -74,6 +74,20 @@ def run_sync(coro):
 
 
 # --------------------------------------------------------------------------------------------- http judge
+def _finish_reason(reply) -> str | None:
+    """The first choice's ``finish_reason`` of a chat completion (``"length"``: cut at ``max_tokens``), None when the
+    reply has none.
+
+    >>> _finish_reason({"choices": [{"finish_reason": "length"}]}), _finish_reason({"choices": []})
+    ('length', None)
+    """
+    try:
+        reason = reply["choices"][0].get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return reason if isinstance(reason, str) else None
+
+
 class _Failure(Exception):
     def __init__(self, kind: str, retryable: bool, detail: str = "") -> None:
         super().__init__(f"{kind}: {detail}")
@@ -188,8 +202,7 @@ class HttpJudge:
         """The request fields that force the reply format (:attr:`JudgeSettings.structured`), ``{}`` when off."""
         if not self.structured:
             return {}
-        schema = reply_schema(len(request.crops))
-        return {"response_format": {"type": "json_schema", "json_schema": {"name": "judge_scores", "schema": schema}}}
+        return {"structured_outputs": {"regex": reply_regex(len(request.crops))}}
 
     def _backoff(self, attempt: int) -> float:
         return self._rng.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
@@ -236,6 +249,8 @@ class HttpJudge:
             raise _Failure("bad_response", False, f"content is {type(content).__name__}")
         scores = self.parse_reply(content)
         if scores is None:
+            if _finish_reason(reply) == "length":
+                raise _Failure("truncated", False, f"cut at max_tokens={self.max_tokens}: {content[:200]}")
             raise _Failure("unparseable", False, content[:200])
         if isinstance(scores, JudgeScores):
             scores = dataclasses.replace(scores, reply=content[:REPLY_KEEP_CHARS])
@@ -320,6 +335,12 @@ class HttpJudge:
         stats.prompt_tokens, stats.completion_tokens = self._usage["prompt_tokens"], self._usage["completion_tokens"]
         self.stats = stats
         self.total.add(stats)
+        if stats.failures.get("truncated"):
+            log.warning(
+                "judge: %d of %d replies were cut at max_tokens=%d before a score; e.g. %s",
+                stats.failures["truncated"], stats.sent, self.max_tokens,
+                self.failure_examples.get("truncated", "")[:120],
+            )  # fmt: skip
         if stats.failures.get("unparseable"):
             log.warning(
                 "judge: %d of %d replies held no parseable score (structured decoding %s); e.g. %s",

@@ -1,5 +1,5 @@
 """The judge's prompt and reply format: the rubric prompt (``recipes/prompts/judge.txt``) rendered for a request,
-the JSON schema of the reply (what constrained decoding sends) and the one parser of a reply into scores.
+the regex of the reply (what constrained decoding sends) and the one parser of a reply into scores.
 
 The prompt frames the question, the answers and the crops' text as data inside delimiters with an explicit rule
 that they are never instructions; delimiter tags inside the data are removed (:func:`frame_data`). A reply's verdict
@@ -108,24 +108,29 @@ def parse_judge_output(text: str) -> JudgeScores | None:
     return found[0] if found else None
 
 
-def reply_schema(n_crops: int) -> dict:
-    """The JSON schema of the rubric's reply for ``n_crops`` crops (what :attr:`JudgeSettings.structured` sends):
-    the three scores as integers 0..5 and exactly one 0/1 per crop, nothing else.
+def reply_regex(n_crops: int) -> str:
+    r"""The rubric's reply for ``n_crops`` crops as one compact JSON object, as a regex for constrained decoding
+    (what :attr:`JudgeSettings.structured` sends as vLLM's per-request ``structured_outputs``): the keys of
+    the three scores in order, then ``crop_relevance``, each score one digit 0..5, exactly one 0/1 per crop, one blank after each ``:``
+    and ``,`` and no other whitespace. A JSON-schema ``response_format`` lets a model put any amount of whitespace
+    between tokens (a random judge filled its whole token budget with it on a server started without
+    ``disable_any_whitespace``); this regex leaves no free whitespace, so it holds on any vLLM server, whatever its
+    flags. :func:`parse_judge_output` reads every reply it admits.
 
-    >>> reply_schema(2)["properties"]["crop_relevance"]["minItems"]
-    2
+    >>> import re
+    >>> bool(re.fullmatch(reply_regex(2), '{"answer": 4, "relevance": 3, "coverage": 5, "crop_relevance": [1, 0]}'))
+    True
+    >>> bool(re.fullmatch(reply_regex(0), '{"answer": 4, "relevance": 3, "coverage": 5, "crop_relevance": []}'))
+    True
+    >>> bool(re.fullmatch(reply_regex(1), '{"answer": 4, "relevance": 3, "coverage": 5, "crop_relevance": [1, 0]}'))
+    False
     """
-    score = {"type": "integer", "minimum": 0, "maximum": SCORE_MAX}
-    return {
-        "type": "object",
-        "properties": {
-            **{k: score for k in SCORE_KEYS},
-            CROP_RELEVANCE_KEY: {"type": "array", "items": {"type": "integer", "enum": [0, 1]},
-                                 "minItems": n_crops, "maxItems": n_crops},
-        },
-        "required": [*SCORE_KEYS, CROP_RELEVANCE_KEY],
-        "additionalProperties": False,
-    }  # fmt: skip
+    if not isinstance(n_crops, int) or isinstance(n_crops, bool) or n_crops < 0:
+        raise ValueError(f"reply_regex: n_crops must be an integer >= 0 (got {n_crops!r})")
+    digit = f"[0-{SCORE_MAX}]"
+    scores = ", ".join(f'"{k}": {digit}' for k in SCORE_KEYS)
+    crops = ", ".join(["[01]"] * n_crops)
+    return r"\{" + scores + f', "{CROP_RELEVANCE_KEY}": ' + r"\[" + crops + r"\]\}"
 
 
 CROP_RELEVANCE_KEY = "crop_relevance"

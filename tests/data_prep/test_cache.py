@@ -64,8 +64,8 @@ class SlowParser:
 
     name = "slow"
 
-    def __init__(self, log: str, delay: float = 0.0) -> None:
-        self.log, self.delay = log, delay
+    def __init__(self, log: str, delay: float = 0.0, until: list[str] = ()) -> None:
+        self.log, self.delay, self.until = log, delay, list(until)
 
     def version(self) -> str:
         return "1"
@@ -74,6 +74,9 @@ class SlowParser:
         with open(self.log, "a") as f:
             f.write(f"{os.getpid()}\n")
         time.sleep(self.delay)
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(p) for p in self.until) and time.monotonic() < deadline:
+            time.sleep(0.02)  # a parse that ends only once every file in ``until`` exists (a condition, no clock)
         return [Block(i, i + 1, (10, 10, 100, 40), "text", f"page {i + 1}") for i in range(doc.n_pages)]
 
 
@@ -337,11 +340,12 @@ def test_unwritable_cache_dir_is_an_input_error(pdf, tmp_path, make_dir):
 
 
 # ---------------------------------------------------------------------------------------------- concurrency
-def _build_in_child(pdf: str, cache_dir: str, log: str, out: str, ready, go) -> None:
+def _build_in_child(pdf: str, cache_dir: str, log: str, out: str, ready, go, started: list[str], i: int) -> None:
     ready.set()
     go.wait(30)
     t0 = time.time()
-    entry = build_cache(pdf, SlowParser(log, delay=0.5), None, cache_dir)
+    Path(started[i]).touch()  # this process is about to build: the parse (in either process) waits for both
+    entry = build_cache(pdf, SlowParser(log, until=started), None, cache_dir)
     Path(out).write_text(json.dumps({"key": entry.key, "created": entry.manifest["created"], "t": [t0, time.time()]}))
 
 
@@ -350,9 +354,10 @@ def test_two_processes_building_the_same_document_share_one_valid_entry(pdf, tmp
     ctx = mp.get_context("spawn")
     go = ctx.Event()
     procs = []
+    started = [str(tmp_path / f"started{i}") for i in range(2)]
     for i in range(2):
         ready = ctx.Event()
-        args = (str(pdf), str(cache_dir), str(log), str(tmp_path / f"out{i}.json"), ready, go)
+        args = (str(pdf), str(cache_dir), str(log), str(tmp_path / f"out{i}.json"), ready, go, started, i)
         procs.append((ctx.Process(target=_build_in_child, args=args), ready))
     for proc, _ in procs:
         proc.start()
@@ -363,7 +368,7 @@ def test_two_processes_building_the_same_document_share_one_valid_entry(pdf, tmp
         proc.join(60)
         assert proc.exitcode == 0
     r1, r2 = (json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(2))
-    assert max(r1["t"][0], r2["t"][0]) < min(r1["t"][1], r2["t"][1])  # the two builds overlapped in time
+    assert max(r1["t"][0], r2["t"][0]) < min(r1["t"][1], r2["t"][1])  # they overlapped: the parse waited for both
     assert r1["key"] == r2["key"] and r1["created"] == r2["created"]  # one waited and reused the other's entry
     assert len(log.read_text().splitlines()) == 1
     assert list_cache(cache_dir) == [r1["key"]]

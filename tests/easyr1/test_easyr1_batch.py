@@ -12,6 +12,7 @@ generation is scripted (tests/easyr1/harness.py: ScriptedRollout).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -82,10 +83,13 @@ def built(tmp_path_factory):
     return {"out": out, "cache": out / "cache", "rows": rows, "script": script}
 
 
-def _free_port() -> int:
+@contextlib.contextmanager
+def _held_port():
+    """A loopback port bound for the block and never listened on: connections to it are refused, and no other
+    process can take it meanwhile (a port chosen, then released, can be taken by anyone before its use)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 def _drive(tmp: Path, built: dict, judge_url: str, *extra: str, validate: bool = True, timeout: float = 420,
@@ -311,8 +315,8 @@ def test_a_requeued_segments_samples_merge_without_gaps_or_duplicates(step, buil
 
 
 def test_a_judge_down_for_20_s_then_answering_gives_a_batch_with_real_scores(built, tmp_path):
-    port = _free_port()
-    srv = ScriptedOpenAIServer(handler=_scored_judge, port=port)
+    srv = ScriptedOpenAIServer(handler=_scored_judge, refuse_until_start=True)  # its port is held from now on
+    port = int(srv.base.rsplit(":", 1)[1])
     timer = threading.Timer(20.0, srv.start)  # refused connections for 20 s, then a judge that answers
     timer.start()
     try:
@@ -330,11 +334,11 @@ def test_a_judge_down_for_20_s_then_answering_gives_a_batch_with_real_scores(bui
 
 
 def test_a_judge_that_never_answers_ends_with_one_clear_error(built, tmp_path):
-    port = _free_port()  # nothing listens: every connection is refused
-    r, rep, _, metrics_dir = _drive(
-        tmp_path, built, f"http://127.0.0.1:{port}/v1",
-        "worker.reward.reward_function_kwargs.judge_outage_s=5", validate=False,
-    )  # fmt: skip
+    with _held_port() as port:  # bound, never listening: every connection is refused, and no one else takes it
+        r, rep, _, metrics_dir = _drive(
+            tmp_path, built, f"http://127.0.0.1:{port}/v1",
+            "worker.reward.reward_function_kwargs.judge_outage_s=5", validate=False,
+        )  # fmt: skip
     assert not rep["ok"]
     line = rep["error_last_line"]
     assert f"http://127.0.0.1:{port}" in line and "is down" in line and "judge_outage_s=5" in line, line

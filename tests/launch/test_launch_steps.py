@@ -6,26 +6,15 @@ chosen where and when it binds, so both train."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 
 import pytest
 
 from tests.launch.test_launch import GRPO_SCRIPT, REPO, SBATCH_ARGS, Run, T, assert_every_step_once, show_job
 from tests.launch.test_launch import _slurm_reason as _reason
-from tests.support.slurm import jobs_named, wait_for
+from tests.support.slurm import jobs_named, normalise_steps, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(_reason()), reason=_reason() or "-")]
-
-
-def normalise(steps: list[dict], job_id: str) -> list[dict]:
-    """Steps with what differs between two jobs of one chain replaced: the job id, a segment's requeue count,
-    ports a server chose when it bound (the trainer's URLs carry them; the commands themselves hold ``{port}``)."""
-    text = json.dumps(steps)
-    text = re.sub(rf"(?<!\d){re.escape(job_id)}(?!\d)", "JOBID", text)
-    text = re.sub(r"JOBID-(\d+|N)", "JOBID-N", text)
-    text = re.sub(r"(http://[\w.-]+:)\d+", r"\1{port}", text)
-    return json.loads(text)
 
 
 def test_the_steps_a_job_ran_are_the_steps_its_dry_run_printed(tmp_path, cleanup_jobs):
@@ -55,7 +44,7 @@ def test_the_steps_a_job_ran_are_the_steps_its_dry_run_printed(tmp_path, cleanup
 
     assert [s["name"] for s in ran] == ["prepare", "disk", "judge", "health-judge", "embed", "health-embed", "check",
                                         "trainer", "finish", "samples-page", "submit"]  # fmt: skip
-    assert normalise(ran, job) == normalise(printed, dry_job)
+    assert normalise_steps(ran, job) == normalise_steps(printed, dry_job)
     # the next job repeats this one's allocation, read from Slurm (not retyped)
     submit = next(s for s in ran if s["name"] == "submit")["argv"]
     assert {"--nodes=1", "--cpus-per-task=1", "--mem=500M", "--time=00:10:00", "--partition=ci"} <= set(submit)

@@ -156,7 +156,16 @@ FAILURE_CASES = [
     (lambda n: scores_reply(7, 4, 4), 2, None, 1, {"unparseable": 1}),  # a score out of range
     (lambda n: Reply(text="<html>proxy page</html>"), 2, None, 1, {"bad_response": 1}),  # 200 but not JSON
     (lambda n: {"choices": []}, 2, None, 1, {"bad_response": 1}),  # JSON without a message
+    (lambda n: cut_reply("{\n  \t\r  "), 2, None, 1, {"truncated": 1}),  # whitespace to max_tokens: said so
+    (lambda n: cut_reply('{"answer": 4, "relevance": 4, "coverage": 4}'), 2, (4, 4, 4), 1, {}),  # cut after it
 ]
+
+
+def cut_reply(content: str) -> dict:
+    """A chat completion the server cut at ``max_tokens``."""
+    body = chat_completion(content)
+    body["choices"][0]["finish_reason"] = "length"
+    return body
 
 
 @pytest.mark.parametrize(("script", "retries", "expected", "attempts", "failures"), FAILURE_CASES)
@@ -167,6 +176,31 @@ def test_http_judge_failure_modes(script, retries, expected, attempts, failures)
     assert got == (None if expected is None else JudgeScores(*expected))
     # a slow or hanging server is cut at the deadline: counted as a timeout (a 5 s reply served late would be a score)
     assert (j.stats.attempts, j.stats.retries, dict(j.stats.failures)) == (attempts, attempts - 1, failures)
+
+
+@pytest.mark.parametrize("n_crops", [0, 1, 3, 6])
+def test_the_request_constrains_the_reply_to_compact_json_with_one_flag_per_crop(n_crops):
+    # The constraint is vLLM's per-request structured-outputs regex, which a server honours whatever its flags (a
+    # json_schema response_format admits unbounded whitespace between tokens on a server without
+    # disable_any_whitespace); every reply it admits parses to its scores and crop flags.
+    with ScriptedOpenAIServer() as srv:
+        judge(srv).score_batch([req(crops=[CROP_A] * n_crops)])
+        _, body = srv.requests[0]
+    assert "response_format" not in body
+    regex = body["structured_outputs"]["regex"]
+    flags = ", ".join("01"[i % 2] for i in range(n_crops))
+    reply = f'{{"answer": 5, "relevance": 0, "coverage": 3, "crop_relevance": [{flags}]}}'
+    assert re.fullmatch(regex, reply)
+    got = parse_judge_output(reply)
+    assert (got.answer, got.relevance, got.coverage) == (5, 0, 3)
+    assert got.crop_relevance == tuple(i % 2 for i in range(n_crops))
+    for bad in (reply.replace(": 5", ":  5"), reply.replace("{", "{ ", 1), reply.replace(": 5", ": 6"), reply + " "):
+        assert not re.fullmatch(regex, bad), bad  # no free whitespace, no score out of range, nothing after
+    if n_crops:
+        assert not re.fullmatch(regex, reply.replace("[", "[1, ", 1))  # one flag per crop, never more
+    with ScriptedOpenAIServer() as srv:
+        judge(srv, structured=False).score_batch([req()])
+        assert "structured_outputs" not in srv.requests[0][1]  # --judge-unconstrained: the paper's request
 
 
 def test_connection_refused_is_retried_then_counted():

@@ -87,7 +87,10 @@ class ScriptedOpenAIServer:
         port: int = 0,
         health_delay: float = 0.0,
         never_healthy: bool = False,
+        refuse_until_start: bool = False,
     ) -> None:
+        """``refuse_until_start``: the port is bound at once (nothing else can take it) but listens only from
+        :meth:`start` on, so connections before it are refused, as to a server not yet started."""
         self.handler = handler
         self.model = model
         self.embed_dim = embed_dim
@@ -98,8 +101,16 @@ class ScriptedOpenAIServer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._started = time.monotonic()
-        self._httpd = ThreadingHTTPServer((host, port), self._make_handler_class())
+        self._httpd = ThreadingHTTPServer((host, port), self._make_handler_class(), bind_and_activate=False)
         self._httpd.daemon_threads = True
+        self._listening = False
+        try:
+            self._httpd.server_bind()
+            if not refuse_until_start:
+                self._listen()
+        except BaseException:
+            self._httpd.server_close()
+            raise
         self._thread: threading.Thread | None = None
 
     @property
@@ -111,7 +122,13 @@ class ScriptedOpenAIServer:
     def url(self) -> str:
         return self.base + "/v1"
 
+    def _listen(self) -> None:
+        if not self._listening:
+            self._httpd.server_activate()
+            self._listening = True
+
     def start(self) -> ScriptedOpenAIServer:
+        self._listen()
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()

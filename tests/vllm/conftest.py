@@ -24,6 +24,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
 VLLM_READY = REPO / ".venv-vllm" / ".installed"  # written last by `make vllm`
+CPU_FEATURES = REPO / "tests" / "vllm" / "cpu_features"
+"""Holds the ``sitecustomize.py`` that ``QCTEST_VLLM_WITHOUT`` puts on every vLLM process's path (``kernels.py``)."""
 JUDGE_MODEL = "Qwen/Qwen3.5-9B"
 EMBED_MODEL = "Qwen/Qwen3-VL-Embedding-2B"
 CPU_MEMORY_SHARE = "0.12"
@@ -51,6 +53,8 @@ def vllm_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QUOTECITE_", "SLURM_", "CUDA_", "VLLM_"))}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", VLLM_NO_USAGE_STATS="1")
     env.update(DO_NOT_TRACK="1", OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
+    if env.get("QCTEST_VLLM_WITHOUT"):  # run the tier on vLLM's kernel build for a CPU without these features
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CPU_FEATURES), env.get("PYTHONPATH", "")]))
     env.update(extra)
     return env
 
