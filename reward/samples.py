@@ -18,11 +18,12 @@ import hashlib
 import json
 import math
 import random
+import re
 import time
 from pathlib import Path
 
 from core.errors import InputError
-from core.io import atomic_write_bytes, atomic_write_json
+from core.io import atomic_write_bytes, atomic_write_json, read_json
 
 GRPO_EPS = 1e-6
 SAMPLES_DIR = "samples"
@@ -44,6 +45,15 @@ def grpo_advantages(rewards: list[float], eps: float = GRPO_EPS) -> list[float]:
 
 def step_name(step: int) -> str:
     return f"batch_{step:06d}.json"
+
+
+_STEP_FILE = re.compile(r"batch_(\d{1,18})\.json")
+
+
+def step_files(root: Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of the step files in samples folder ``root``, by step number."""
+    found = ((_STEP_FILE.fullmatch(p.name), p) for p in root.glob("batch_*.json"))
+    return sorted((int(m.group(1)), p) for m, p in found if m)
 
 
 class SampleWriter:
@@ -83,7 +93,11 @@ class SampleWriter:
     def _store_crop(self, png: bytes) -> str:
         sha = hashlib.sha256(png).hexdigest()
         path = self.root / "crops" / f"{sha}.png"
-        if not path.exists():
+        try:
+            kept = path.is_file() and not path.is_symlink() and hashlib.sha256(path.read_bytes()).hexdigest() == sha
+        except OSError:
+            kept = False
+        if not kept:  # absent, or not these bytes (damaged, replaced): written again
             atomic_write_bytes(path, png)
         return f"crops/{sha}.png"
 
@@ -93,7 +107,9 @@ class SampleWriter:
         {answer, relevance, coverage, crop_relevance} or None, reply, reward {overall, ...}, keep, unscorable, and
         ``attempt``: the reward call of the batch it came from). A group is the responses of one qid in one attempt:
         EasyR1's online filter may generate the same question again in a later attempt, which is another group with
-        its own advantages. Returns the step file, or None when the step is not due or has no group of 2+ responses."""
+        its own advantages. A group whose every response carries ``advantage`` (the trainer's own, e.g. TRL's:
+        :mod:`reward.trl_reward`) keeps them; otherwise EasyR1's rule (:func:`grpo_advantages`) gives them. Returns
+        the step file, or None when the step is not due or has no group of 2+ responses."""
         if not isinstance(step, int) or step < 1:
             raise InputError(f"samples: step must be an int >= 1, got {step!r}")
         if not self.due(step):
@@ -109,7 +125,10 @@ class SampleWriter:
         out_groups = []
         for attempt, qid in self.choose(step, groups):
             members = groups[(attempt, qid)]
-            adv = grpo_advantages([float(m["reward"]["overall"]) for m in members])
+            if all("advantage" in m for m in members):  # the trainer's own advantages (a TRL run)
+                adv = [float(m["advantage"]) for m in members]
+            else:
+                adv = grpo_advantages([float(m["reward"]["overall"]) for m in members])
             rows = []
             for m, a in zip(members, adv, strict=True):
                 crops = [self._store_crop(p) for p in m.get("crops", ())]
@@ -130,18 +149,23 @@ class SampleWriter:
         """Remove the oldest steps (never the newest) until the folder fits ``max_bytes``; returns removed steps."""
         removed: list[int] = []
         while True:
-            steps = sorted(self.root.glob("batch_*.json"))
+            steps = step_files(self.root)  # by step number (a name sort puts batch_1000000 before batch_999999)
             files = [p for p in self.root.rglob("*") if p.is_file()]
             if sum(p.stat().st_size for p in files) <= self.max_bytes or len(steps) <= 1:
                 break
-            oldest = steps[0]
+            step, oldest = steps[0]
             oldest.unlink()
-            removed.append(int(oldest.stem.split("_")[1]))
+            removed.append(step)
             used = set()
-            for s in steps[1:]:
-                for g in json.loads(s.read_text())["groups"]:
-                    for r in g["responses"]:
-                        used.update(r["crops"])
+            for _, s in steps[1:]:
+                try:
+                    rec = read_json(s, "samples file")
+                except InputError:
+                    continue  # a damaged step file shows nothing: its crops are not kept for it
+                for g in rec.get("groups", []) if isinstance(rec, dict) else []:
+                    for r in g.get("responses", []) if isinstance(g, dict) else []:
+                        if isinstance(r, dict) and isinstance(r.get("crops"), list):
+                            used.update(c for c in r["crops"] if isinstance(c, str))
             for p in (self.root / "crops").glob("*.png"):
                 if f"crops/{p.name}" not in used:
                     p.unlink()
@@ -245,11 +269,14 @@ def load_steps(folder: str | Path) -> list[dict]:
     if not root.is_dir():
         raise InputError(f"samples folder {folder}: not a folder")
     out = []
-    for p in sorted(root.glob("batch_*.json")):
-        try:
-            out.append(json.loads(p.read_text()))
-        except (OSError, ValueError) as e:
-            raise InputError(f"samples file {p}: {e}") from None
+    for _, p in step_files(root):
+        rec = read_json(p, "samples file")  # a regular file (never a FIFO waited on), bounded JSON, one clear error
+        step = rec.get("step") if isinstance(rec, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+            raise InputError(f"samples file {p}: expected an object with an integer 'step' >= 1, got {step!r}")
+        if not isinstance(rec.get("groups"), list):
+            raise InputError(f"samples file {p}: 'groups' is not a list")
+        out.append(rec)
     return out
 
 
@@ -304,9 +331,9 @@ class WandbSamples:
         newest = files[-1]
         self.logged.add(newest.name)
         try:
-            rec = json.loads(newest.read_text())
+            rec = read_json(newest, "samples file")
             columns, rows = wandb_table(self.folder, rec, wandb.Image, step)
-        except (OSError, ValueError, KeyError) as e:
+        except (InputError, KeyError, TypeError, AttributeError) as e:
             import logging
 
             logging.getLogger(__name__).warning("samples %s not logged to wandb: %s", newest, e)
