@@ -188,10 +188,12 @@ _REV = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/\-]*")
 
 
 def git_rev(value: str) -> str:
-    """A git commit, tag or branch (``b44b311``)."""
-    if len(value) > 256 or not _REV.fullmatch(value.strip()):
+    """A git commit, tag or branch (``b44b311``): git's own ref-name rules, so no ``..``, ``//`` or ending ``/``
+    (a revision also names a folder of the set-up: it can never lead out of it)."""
+    v = value.strip()
+    if len(value) > 256 or not _REV.fullmatch(v) or ".." in v or "//" in v or v.endswith(("/", ".", ".lock")):
         raise ValueError("expected a git commit, tag or branch")
-    return value.strip()
+    return v
 
 
 def array_ids(value: str) -> str:

@@ -51,6 +51,7 @@ from pathlib import Path
 
 from core.errors import InputError
 from core.io import atomic_write_text, read_json, read_text
+from launch import settings
 from reward.config import DEFAULT_JUDGE_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -497,6 +498,8 @@ def build(sw: Software, kind: str, python: str, env: Mapping[str, str]) -> float
         if venv_state(sw, kind).ok:
             _say(f"  {kind}: built by another setup meanwhile")
             return time.monotonic() - t0
+        if d.resolve().parent != sw.root.resolve() or d.is_symlink():  # never remove or write outside the root
+            raise InputError(f"the {kind} environment's folder {d} is not a folder directly under {sw.root}")
         if d.exists():
             shutil.rmtree(d)
         steps = build_steps(sw, kind, python)
@@ -711,6 +714,9 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     sh.set_defaults(run=cmd_shell)
     a = p.parse_args(argv)
     try:
+        # every QUOTECITE_* setting checked once, as the job checks it, before any is read (a version or revision
+        # that names a folder, a path with a newline, 'false' for 0: one error listing each problem)
+        settings.resolve(env, Path(a.repo))
         return a.run(a, env)
     except (InputError, OSError) as e:
         print(f"{p.prog} {a.command}: error: {e}", file=sys.stderr)

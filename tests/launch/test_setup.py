@@ -6,6 +6,7 @@ eval/gpu_smoke.sh). Nothing is installed or downloaded from the network."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
+from core.errors import InputError
 from launch import setup as S
 
 REPO = Path(__file__).resolve().parents[2]
@@ -568,3 +570,47 @@ def test_setup_refuses_under_ci_unless_asked_and_its_dry_run_still_prints(tmp_pa
     assert not sw.dir("server").exists()
     assert S.main(["setup", "--only", "server"], {**env, "QUOTECITE_ENV_IN_CI": "1"}) == 0
     assert S.venv_state(sw, "server").ok
+
+
+# --------------------------------------------------------------------------------------------- hostile settings
+@pytest.mark.parametrize(
+    ("name", "value", "phrase"),
+    [
+        ("QUOTECITE_VLLM_SERVER", "../../victim", "QUOTECITE_VLLM_SERVER"),  # once removed a folder outside the root
+        ("QUOTECITE_VLLM_SERVER", "0.32.0/../../victim", "QUOTECITE_VLLM_SERVER"),
+        ("QUOTECITE_EASYR1_COMMIT", "b44b311/../../../victim", "QUOTECITE_EASYR1_COMMIT"),
+        ("QUOTECITE_EASYR1_COMMIT", "$(touch pwned)", "QUOTECITE_EASYR1_COMMIT"),  # shell words in a revision
+        ("QUOTECITE_EASYR1_COMMIT", "main; rm -rf ~", "QUOTECITE_EASYR1_COMMIT"),
+        ("QUOTECITE_ENV_ROOT", "/tmp/a\nb", "QUOTECITE_ENV_ROOT"),  # a newline in a path
+        ("QUOTECITE_ENV_SETUP", "false", "QUOTECITE_ENV_SETUP"),  # read as on before: only 0 or 1
+        ("QUOTECITE_MODELS_CHECK", "no", "QUOTECITE_MODELS_CHECK"),
+        ("QUOTECITE_ENV_LOCK_WAIT", "soon", "QUOTECITE_ENV_LOCK_WAIT"),
+        ("QUOTECITE_VLLM_SEVRER", "0.32.0", "QUOTECITE_VLLM_SERVER"),  # a misspelt name: said, with the right one
+    ],
+)
+@pytest.mark.parametrize("command", ["setup", "status", "fetch-models --dry-run", "shell"])
+def test_setup_refuses_a_setting_the_launch_refuses_and_touches_nothing(tmp_path, name, value, phrase, command):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    env = env_for(tmp_path, **{name: value})
+    env["QUOTECITE_ENV_ROOT"] = env.get("QUOTECITE_ENV_ROOT") if name == "QUOTECITE_ENV_ROOT" else str(tmp_path / "r")
+    r = cli(env, *command.split(), "--only", "server") if command == "setup" else cli(env, *command.split())
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "error" in ln.lower()]
+    assert lines and phrase in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert (victim / "keep.txt").read_text() == "mine" and not (tmp_path / "r").exists()
+    assert not (REPO / "pwned").exists()
+
+
+def test_setup_never_removes_a_folder_outside_its_root(tmp_path):
+    # Even a software description built by hand (not through the settings) cannot make build() remove a folder
+    # that is not directly under the root.
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    env = env_for(tmp_path)
+    sw = dataclasses.replace(S.software(REPO, env), root=tmp_path / "root", vllm_server="x/../../victim")
+    with pytest.raises(InputError, match="not a folder directly under"):
+        S.build(sw, "server", "python3", env)
+    assert (victim / "keep.txt").read_text() == "mine"
