@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import enum
 import os
+import re
 import shlex
 import signal
 import socket
@@ -109,12 +110,53 @@ class Server:
         return f"http://{self.host}:{self.port or '{port}'}/v1"
 
 
+LAUNCH_SETS: dict[str, str] = {
+    "config": "QUOTECITE_RECIPE",
+    "trainer.save_checkpoint_path": "QUOTECITE_RUN_DIR (checkpoints are RUN_DIR/checkpoints)",
+    "trainer.nnodes": "the allocation (sbatch --nodes)",
+    "trainer.n_gpus_per_node": "QUOTECITE_TRAIN_GPUS_PER_NODE or the allocation (sbatch --gpus-per-node)",
+    "trainer.find_last_checkpoint": "nothing: the chain always resumes from the last checkpoint",
+    "trainer.max_steps": "QUOTECITE_MAX_STEPS",
+    "data.train_files": "QUOTECITE_TRAIN_FILES",
+    "data.val_files": "QUOTECITE_VAL_FILES",
+}
+"""EasyR1 keys the launch sets itself (it plans with them: steps, checkpoints, GPUs), with the setting to use
+instead. Given as an override too, the user's would silently win in EasyR1 while the launch plans with its own."""
+
+_OVERRIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)=(.*)", re.S)
+
+
+def check_overrides(args: list[str]) -> list[str]:
+    """The job's EasyR1 overrides, each ``key=value`` with a dotted key of identifiers, never one of
+    :data:`LAUNCH_SETS`, never a key twice; :class:`InputError` naming the first bad one and what to do instead.
+
+    >>> check_overrides(["worker.rollout.n=5", "algorithm.kl_coef=0.01"])
+    ['worker.rollout.n=5', 'algorithm.kl_coef=0.01']
+    >>> check_overrides(["trainer.max_steps=5"])
+    Traceback (most recent call last):
+    ...
+    core.errors.InputError: EasyR1 override trainer.max_steps=5: the launch sets trainer.max_steps itself; use QUOTECITE_MAX_STEPS
+    """
+    seen: dict[str, str] = {}
+    for a in args:
+        m = _OVERRIDE.fullmatch(a)
+        if not m:
+            raise InputError(f"EasyR1 override {a!r}: expected key=value with a dotted key (worker.rollout.n=5)")
+        key = m.group(1)
+        if key in LAUNCH_SETS:
+            raise InputError(f"EasyR1 override {a}: the launch sets {key} itself; use {LAUNCH_SETS[key]}")
+        if key in seen:
+            raise InputError(f"EasyR1 override {a}: {key} is given twice ({seen[key]} and {a})")
+        seen[key] = a
+    return list(args)
+
+
 class Job:
     """One Slurm job of a training chain (see the module docstring)."""
 
     def __init__(self, s: settings.Settings, args: list[str], ex: Executor, environ: dict[str, str]) -> None:
         self.s = s
-        self.args = list(args)
+        self.args = check_overrides(list(args))
         self.ex = ex
         self.environ = dict(environ)
         self.job_id = environ.get("SLURM_JOB_ID") or ("JOBID" if ex.dry else f"local-{datetime.now():%Y%m%d%H%M%S}")

@@ -172,6 +172,30 @@ def test_dry_run_passes_extra_arguments_to_the_trainer_and_the_next_job(tmp_path
     assert step(st, "submit")["argv"][-2:] == [GRPO, "worker.rollout.n=8"]
 
 
+@pytest.mark.parametrize(
+    ("arg", "phrase"),
+    [
+        ("config=/tmp/other.yaml", "use QUOTECITE_RECIPE"),
+        ("trainer.save_checkpoint_path=/tmp/ck", "use QUOTECITE_RUN_DIR"),
+        ("trainer.nnodes=4", "the allocation"),
+        ("trainer.n_gpus_per_node=8", "QUOTECITE_TRAIN_GPUS_PER_NODE"),
+        ("trainer.find_last_checkpoint=false", "always resumes"),
+        ("trainer.max_steps=5", "use QUOTECITE_MAX_STEPS"),
+        ("data.train_files=/x.parquet", "use QUOTECITE_TRAIN_FILES"),
+        ("trainer.max_steps", "expected key=value"),
+        ("=5", "expected key=value"),
+        ("worker..rollout.n=5", "expected key=value"),
+        ("worker.rollout.n=5 worker.rollout.n=6", "given twice"),
+    ],
+)
+def test_an_override_of_what_the_launch_sets_or_a_malformed_one_is_refused_before_anything_runs(tmp_path, arg, phrase):
+    r = subprocess.run(["bash", GRPO, "--dry-run", *arg.split(" ")], env=base_env(tmp_path, QUOTECITE_MAX_STEPS="8"),
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and phrase in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
 def test_eval_dry_run_infers_base_and_adapter_on_gpus_0_and_1_then_resolves_and_scores(tmp_path):
     out = dry_run(tmp_path, script=EVAL, QUOTECITE_EVAL_STEP="144", QUOTECITE_EVAL_GOLD="/g.jsonl",
                   QUOTECITE_EVAL_CACHE_DIR="/cache")  # fmt: skip
