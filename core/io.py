@@ -189,6 +189,26 @@ def refuse_output_inside(
                               "give a path outside it")  # fmt: skip
 
 
+RUN_OWNED = ("segments", "checkpoints", "logs", "samples")
+"""Folders of a run (or metrics) folder that its jobs write: a page is never written into them."""
+
+
+def refuse_page_output(out: str | Path, run_dir: str | Path, flag: str = "--out") -> None:
+    """The one rule for a page a command renders from a run (the curves, the samples browser): ``out`` is a new or
+    existing ``.html`` file, not a device, FIFO or folder, and not inside the folders the run's jobs write
+    (:data:`RUN_OWNED`): so it can never replace the run log, a segment file, a batch, a crop, a checkpoint or a
+    recipe. Raises :class:`OutputError` naming ``flag`` and what to give instead."""
+    out = Path(out)
+    if out.is_dir():
+        raise OutputError(f"{out}: {flag} is a directory; give a file name ending in .html")
+    refuse_special_output(out, flag)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise OutputError(f"{out}: {flag} must be an .html file (this command writes a page; it never replaces "
+                          "another kind of file)")  # fmt: skip
+    run = Path(run_dir)
+    refuse_output_inside(out, [run / d for d in RUN_OWNED], "the folder its run writes", flag)
+
+
 def refuse_output_dir_over_inputs(out: str | Path, inputs: Iterable[str | Path | None], flag: str = "--out") -> None:
     """Raise :class:`OutputError` when the output folder ``out`` is a file, or is or holds one of ``inputs``."""
     out = Path(out)

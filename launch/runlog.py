@@ -330,16 +330,12 @@ def cmd_outage(a: argparse.Namespace) -> int:
 
 
 def cmd_plot(a: argparse.Namespace) -> int:
-    from core.io import OutputError, refuse_output_over_inputs
+    from core.io import refuse_page_output
     from launch.plot import write_curves
 
     run_dir = Path(a.run_dir)
     out = Path(a.out) if a.out else run_dir / "curves.html"
-    refuse_output_over_inputs(out, [run_dir / "run_log.jsonl"])
-    real_run, real_out = Path(os.path.realpath(run_dir)), Path(os.path.realpath(out))
-    if real_run in real_out.parents and real_out.exists() and real_out.suffix.lower() != ".html":
-        raise OutputError(f"{out}: --out is a file of the run folder {run_dir}; writing the curves would replace it: "
-                          "give a new .html file")  # fmt: skip
+    refuse_page_output(out, run_dir)
     out = write_curves(run_dir / "run_log.jsonl", out)
     print(f"training curves: {out}")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.errors import InputError
+from core.io import refuse_page_output
 from eval.samples_page import PAGE, folder_steps
 from eval.samples_page import write_samples_page as render_page
 from launch.segments import load_segments, segments_dir
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embed", action="store_true", help="embed the crops in the page (no files beside it)")
     a = ap.parse_args(argv)
     try:
+        refuse_page_output(Path(a.out) if a.out else Path(a.run_dir) / PAGE, a.run_dir)
         out = write_samples_page(a.run_dir, a.out, a.embed)
     except InputError as e:
         print(f"error: {e}")

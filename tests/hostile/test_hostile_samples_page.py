@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -307,3 +308,36 @@ class _Tags(HTMLParser):
 
     def handle_starttag(self, tag, attrs) -> None:
         self.seen.append((tag, attrs))
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["run_log.jsonl", "segments/100-0/metrics.jsonl", "segments/100-0/samples/batch_000001.json",
+     "samples/crops/a.png", "checkpoints/checkpoint_tracker.json", "../recipe.yaml", "samples/page.html",
+     "segments/100-0/page.html", "logs/steps-1.jsonl", "fifo.html", "folder.html", "/dev/null"],
+)  # fmt: skip
+@pytest.mark.parametrize("program", ["samples_page", "runlog plot"])
+def test_a_page_never_overwrites_a_file_of_its_run(tmp_path, target, program):
+    # The page commands' --out may name a new or existing .html page outside the folders the run's jobs write;
+    # anything else (the run log, a segment file, a batch, a crop, a checkpoint tracker, the recipe, a device, a
+    # FIFO, a folder) is refused with one line, and the file is left as it was.
+    run = tmp_path / "run"
+    for rel in ("run_log.jsonl", "segments/100-0/metrics.jsonl", "segments/100-0/samples/batch_000001.json",
+                "samples/crops/a.png", "checkpoints/checkpoint_tracker.json", "../recipe.yaml",
+                "samples/page.html", "segments/100-0/page.html", "logs/steps-1.jsonl"):  # fmt: skip
+        p = run / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"original {rel}\n")
+    (run / "samples" / "batch_000001.json").write_text(json.dumps(batch()))
+    os.mkfifo(run / "fifo.html")
+    (run / "folder.html").mkdir()
+    out = target if target.startswith("/") else str(run / target)
+    before = None if not os.path.isfile(out) else Path(out).read_bytes()
+    cmd = ["launch.samples_page"] if program == "samples_page" else ["launch.runlog", "plot"]
+    r = subprocess.run([sys.executable, "-m", *cmd, str(run), "--out", out], capture_output=True,
+                       text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert r.returncode != 0, r.stdout
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "error:" in ln]
+    assert len(lines) == 1 and "--out" in lines[0] and "Traceback" not in r.stderr, r.stdout + r.stderr
+    if before is not None:
+        assert Path(out).read_bytes() == before
