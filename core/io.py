@@ -451,6 +451,15 @@ def read_json(path: str | Path, what: str = "") -> Any:
     return loads_record(read_text(path, what), str(path))
 
 
+def read_json_object(path: str | Path, what: str = "") -> dict:
+    """A regular file's JSON object (:func:`read_json`); anything else (an array, a number, a string) is one
+    :class:`InputError` naming the file."""
+    value = read_json(path, what)
+    if not isinstance(value, dict):
+        raise InputError(f"{path}{f' ({what})' if what else ''}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 def safe_yaml(text: str, where: str, max_depth: int = MAX_YAML_DEPTH, max_nodes: int = MAX_YAML_NODES) -> Any:
     """The one YAML loader: ``yaml.safe_load`` of ``text`` that refuses (:class:`~core.errors.InputError` naming ``where``)
     YAML that does not parse, nesting deeper than ``max_depth`` and a document that expands (each use of an alias

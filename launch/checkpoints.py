@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from launch.run_files import CHECKPOINT_TRACKER, INCOMPLETE_DIR, SHARD_RE, STEP_DIR_RE, atomic_write_json, read_json
+from core.io import read_json
+from launch.run_files import CHECKPOINT_TRACKER, INCOMPLETE_DIR, SHARD_RE, STEP_DIR_RE, atomic_write_json
 
 
 # --------------------------------------------------------------------------------------------- checkpoints
@@ -36,6 +37,8 @@ def check_step_dir(path: Path, require_lora: bool = True) -> str:
     for p in actor.iterdir():
         m = SHARD_RE.match(p.name)
         if m:
+            if not p.is_file():  # a folder or a dangling link named like a shard is none
+                return f"shard actor/{p.name} is not a file"
             if p.stat().st_size == 0:
                 return f"empty shard actor/{p.name}"
             shards[m.group(1)].add((int(m.group(2)), int(m.group(3))))
@@ -66,10 +69,13 @@ def read_tracker(ckpt_dir: Path) -> tuple[dict | None, str]:
     if not path.exists():
         return None, "missing"
     try:
-        info = read_json(path)
-        int(info["last_global_step"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return None, f"corrupt: {type(e).__name__}: {e}"
+        info = read_json(path, "checkpoint tracker")
+    except (OSError, ValueError) as e:
+        return None, f"corrupt: {e}"
+    step = info.get("last_global_step") if isinstance(info, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        # EasyR1 writes a whole step >= 0; a negative, fractional, textual or missing one is no step to resume at
+        return None, f"corrupt: last_global_step is {step!r}, not a whole number >= 0"
     return info, ""
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -17,7 +16,9 @@ from core.io import atomic_write_json as _atomic_write_json
 
 CHECKPOINT_TRACKER = "checkpoint_tracker.json"
 """EasyR1's tracker file name in ``trainer.save_checkpoint_path`` (``verl/utils/checkpoint``)."""
-STEP_DIR_RE = re.compile(r"global_step_(\d+)$")
+STEP_DIR_RE = re.compile(r"global_step_(0|[1-9][0-9]{0,17})$")
+"""EasyR1's step folder ``global_step_N`` as it writes it (``f"global_step_{step}"``: no leading zero, so
+``global_step_003`` is not step 3's folder: EasyR1 would look for ``global_step_3`` and start from 0)."""
 SHARD_RE = re.compile(r"(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
 LOGGED_FILES = ("experiment_log.jsonl", "generations.log")
 """Files EasyR1's ``file`` logger truncates at every start; each job segment gets its own copy."""
@@ -41,11 +42,6 @@ class RunError(Exception):
 # --------------------------------------------------------------------------------------------- small helpers
 def atomic_write_json(path: Path, obj: Any) -> None:
     _atomic_write_json(path, obj, indent=2)
-
-
-def read_json(path: Path) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 @contextlib.contextmanager

@@ -7,7 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from launch.run_files import RunError, atomic_write_json, now_iso, read_json
+from core.io import read_json_object
+from launch.run_files import RunError, atomic_write_json, now_iso
 from recipes.reader import RecipeError, dig
 from recipes.reader import load_recipe as read_recipe_file
 
@@ -131,7 +132,7 @@ def update_manifest(run_dir: Path, base: dict, job: dict, allow_recipe_change: b
     """Create ``manifest.json`` from ``base`` on the first job; append/update ``job`` (keyed by segment or job id).
     A recipe whose hash differs from the run's is an error unless ``allow_recipe_change``."""
     path = run_dir / "manifest.json"
-    man = read_json(path) if path.exists() else {**base, "created_at": now_iso(), "jobs": []}
+    man = read_json_object(path, "run manifest") if path.exists() else {**base, "created_at": now_iso(), "jobs": []}
     old_sha, new_sha = dig(man, "recipe.sha256"), dig(base, "recipe.sha256")
     if old_sha and new_sha and old_sha != new_sha:
         if not allow_recipe_change:

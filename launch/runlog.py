@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
+from core.io import read_json_object
 from data_prep.validate import bounded_int
 from launch.checkpoints import (
     find_resume_point,
@@ -81,7 +82,6 @@ from launch.run_files import (
     RunError,
     atomic_write_json,
     now_iso,
-    read_json,
     run_lock,
     sha256_file,
 )
@@ -265,6 +265,10 @@ def cmd_finish(a: argparse.Namespace) -> int:
 
 def cmd_merge(a: argparse.Namespace) -> int:
     run_dir = Path(a.run_dir).resolve()
+    if not run_dir.is_dir():  # a misspelt run folder is said, never created and merged as an empty run
+        raise RunError(f"run folder {a.run_dir}: not a folder")
+    if not (run_dir / "segments").is_dir() and not (run_dir / "run_log.jsonl").is_file():
+        raise RunError(f"run folder {a.run_dir}: no segments/ and no run_log.jsonl (is this a run folder?)")
     with run_lock(run_dir):
         s = merge_run_log(run_dir, a.max_steps)
     print(
@@ -292,7 +296,7 @@ def record_restart(run_dir: Path, segment: str, what: str, reason: str = "") -> 
         seg.extra.setdefault("restart_log", []).append({"what": what, "at": now_iso(), "reason": reason})
         save_segment(run_dir, seg)
         path = run_dir / "manifest.json"
-        man = read_json(path) if path.exists() else {"jobs": []}
+        man = read_json_object(path, "run manifest") if path.exists() else {"jobs": []}
         totals = man.setdefault("restarts", {})
         totals[what] = totals.get(what, 0) + 1
         jobs = man.get("jobs", [])
@@ -315,7 +319,7 @@ def cmd_restart(a: argparse.Namespace) -> int:
 def read_outage(segment_dir: Path) -> str | None:
     """The reward's outage report of a segment (one line), or None when its reward did not stop on an outage."""
     try:
-        info = read_json(Path(segment_dir) / SERVER_OUTAGE)
+        info = read_json_object(Path(segment_dir) / SERVER_OUTAGE, "outage report")
         message = str(info.get("message") or info)
     except (OSError, ValueError, AttributeError):
         return None

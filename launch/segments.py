@@ -7,7 +7,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from launch.run_files import LOGGED_FILES, atomic_write_json, now_iso, read_json
+from core.io import read_json_object
+from launch.run_files import LOGGED_FILES, RunError, atomic_write_json, now_iso
 
 
 # --------------------------------------------------------------------------------------------- segments
@@ -43,9 +44,29 @@ def load_segments(run_dir: Path) -> list[Segment]:
     """All segments of the run, in start order."""
     out = []
     for p in sorted(segments_dir(run_dir).glob("*/segment.json")):
-        d = read_json(p)
-        out.append(Segment(**{k: v for k, v in d.items() if k in Segment.__dataclass_fields__}))
+        out.append(segment_of(read_json_object(p, "segment"), p))
     return sorted(out, key=lambda s: s.seq)
+
+
+_SEGMENT_TYPES = {"name": str, "job_id": str, "seq": int, "started_at": str, "resume_step": int, "status": str}
+
+
+def segment_of(d: dict, path: Path) -> Segment:
+    """A :class:`Segment` from a ``segment.json`` record, every field checked (:class:`RunError` naming the file and
+    the field: a torn or hand-edited file never becomes a segment with a textual step)."""
+    for key, kind in _SEGMENT_TYPES.items():
+        v = d.get(key)
+        if not isinstance(v, kind) or isinstance(v, bool) or (kind is int and v < 0):
+            raise RunError(
+                f"segment file {path}: field {key!r} is {v!r}, expected {'a whole number >= 0' if kind is int else 'a string'}"
+            )
+    for key in ("end_step",):
+        v = d.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise RunError(f"segment file {path}: field {key!r} is {v!r}, expected a whole number >= 0 or null")
+    if not isinstance(d.get("extra", {}), dict):
+        raise RunError(f"segment file {path}: field 'extra' is not an object")
+    return Segment(**{k: v for k, v in d.items() if k in Segment.__dataclass_fields__})
 
 
 def save_segment(run_dir: Path, seg: Segment) -> None:

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import InputError
-from core.io import atomic_write_text, read_json, read_text
+from core.io import atomic_write_text, read_json, read_json_object, read_text, safe_component
 from launch import settings
 from reward.config import DEFAULT_JUDGE_MODEL
 
@@ -294,10 +294,12 @@ def cached_snapshot(hub: Path, repo_id: str) -> tuple[Path | None, str]:
     index = snap / "model.safetensors.index.json"
     if index.is_file():
         try:
-            shards = sorted(set(read_json(index, "weights index").get("weight_map", {}).values()))
+            weight_map = read_json_object(index, "weights index").get("weight_map", {})
+            # each shard one file name of the snapshot: a name leading out of it (../../etc/hostname) is no shard
+            shards = sorted({safe_component(v, "weight file") for v in weight_map.values()})
         except (InputError, AttributeError):
-            return None, f"unreadable {index}"
-        missing = [s for s in shards if not (snap / str(s)).is_file()]
+            return None, f"unreadable {index} (not an object mapping weights to file names of the snapshot)"
+        missing = [s for s in shards if not (snap / s).is_file()]
         if missing:
             return None, f"{len(missing)} of {len(shards)} weight files missing in {snap} ({missing[0]}, ...)"
     return snap, ""

@@ -493,3 +493,57 @@ def test_plot_turns_the_run_log_into_one_self_contained_html_page(tmp_path, caps
     assert page.count("data:image/png") == 1 and page.count("no data in this run log") == 4
     assert main(["plot", str(tmp_path / "nope")]) == 2
     assert "run_log.jsonl: cannot read" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------- hostile run files
+@pytest.mark.parametrize("raw", ['{"last_global_step": -3}', '{"last_global_step": 2.5}',
+                                 '{"last_global_step": 1e999}', '{"last_global_step": "7"}',
+                                 '{"last_global_step": true}', "[3]", '{"last_global_step": 3',
+                                 '{"last_global_step": NaN}', "\xff"])  # fmt: skip
+def test_a_tracker_without_a_whole_step_is_corrupt_never_a_step(tmp_path, raw, capsys):
+    ckpt = tmp_path / "run" / "checkpoints"
+    ckpt.mkdir(parents=True)
+    write_step(ckpt, 2)
+    (ckpt / CHECKPOINT_TRACKER).write_bytes(raw.encode("utf-8", "surrogateescape") if raw != "\xff" else b"\xff")
+    point = find_resume_point(ckpt)
+    assert point.tracker_step is None and point.step == 2  # the folders decide; the tracker's value is not used
+    assert main(["last-step", "--run-dir", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().out.strip() == "0"
+
+
+def test_merge_of_a_misspelt_run_folder_is_an_error_and_creates_nothing(tmp_path, capsys):
+    assert main(["merge", "--run-dir", str(tmp_path / "nosuch")]) == 2
+    assert "not a folder" in capsys.readouterr().err and not (tmp_path / "nosuch").exists()
+    (tmp_path / "empty").mkdir()
+    assert main(["merge", "--run-dir", str(tmp_path / "empty")]) == 2
+    assert "is this a run folder" in capsys.readouterr().err and list((tmp_path / "empty").iterdir()) == []
+
+
+@pytest.mark.parametrize(("text", "field"), [("[1, 2]", "JSON object"), ('{"name": "1-0"', "not valid JSON"),
+                                              ('{"name": "1-0", "job_id": "1", "seq": "one"}', "'seq'"),
+                                              ('{"name": "1-0", "job_id": "1", "seq": 1, "started_at": "t", '
+                                               '"resume_step": -1, "status": "running"}', "'resume_step'"),
+                                              ('{"name": "1-0", "job_id": "1", "seq": 1, "started_at": "t", '
+                                               '"resume_step": 0, "status": "running", "end_step": 1.5}', "'end_step'")])  # fmt: skip
+def test_a_damaged_segment_file_is_one_error_naming_it(tmp_path, capsys, text, field):
+    run = tmp_path / "run"
+    seg = run / "segments" / "1-0"
+    seg.mkdir(parents=True)
+    (seg / "segment.json").write_text(text)
+    assert main(["merge", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "segment.json" in err and field in err and "Traceback" not in err, err
+
+
+def test_a_zero_padded_step_folder_is_not_a_checkpoint_and_a_folder_is_not_a_shard(tmp_path):
+    ckpt = tmp_path / "checkpoints"
+    write_step(ckpt, 2)
+    padded = write_step(ckpt, 3)
+    padded.rename(ckpt / "global_step_003")  # EasyR1 looks for global_step_3: resuming here would start from 0
+    write_tracker(ckpt, 3)
+    assert find_resume_point(ckpt).step == 2
+    folder = write_step(ckpt, 4)
+    shard = folder / "actor" / "model_world_size_2_rank_1.pt"
+    shard.unlink()
+    shard.mkdir()
+    assert "is not a file" in check_step_dir(folder)

@@ -170,6 +170,21 @@ def test_a_sharded_model_needs_every_shard_its_index_names(tmp_path):
     assert found is None and why.startswith("1 of 3 weight files missing") and "model-00002-of-00003" in why
 
 
+@pytest.mark.parametrize("shard", ["../../../../etc/hostname", "/etc/hostname", "..", "sub/model.safetensors", 7])
+def test_a_weights_index_naming_a_file_outside_the_snapshot_does_not_count(tmp_path, shard):
+    hub = tmp_path / "hub"
+    snap = make_snapshot(hub, "org/big", shards=2)
+    index = snap / "model.safetensors.index.json"
+    (snap / "sub").mkdir()
+    (snap / "sub" / "model.safetensors").write_bytes(b"x")
+    data = json.loads(index.read_text())
+    data["weight_map"]["layer0.weight"] = shard
+    index.unlink()  # a link into blobs/: replaced by a file of its own
+    index.write_text(json.dumps(data))
+    found, why = S.cached_snapshot(hub, "org/big")
+    assert found is None and ("unreadable" in why or "missing" in why), why
+
+
 @pytest.mark.parametrize(
     "kind,stamp,reason",
     [
