@@ -22,11 +22,27 @@ def _load_run(d: Path) -> tuple[dict, dict]:
     metrics = read_json(mf)
     if not isinstance(metrics, dict):
         raise InputError(f"{mf}: expected a JSON object (the metrics of `eval score`), got {type(metrics).__name__}")
+    _check_recall(metrics, mf, "recall")
+    if metrics.get("judged_subset") is not None:
+        if not isinstance(metrics["judged_subset"], dict):
+            raise InputError(f"{mf}: field 'judged_subset' is not an object")
+        _check_recall(metrics["judged_subset"], mf, "judged_subset.recall")
     af = d / "analyses.json"
     analyses = read_json(af) if af.exists() else {}
     if not isinstance(analyses, dict):
         raise InputError(f"{af}: expected a JSON object, got {type(analyses).__name__}")
     return metrics, analyses
+
+
+def _check_recall(m: dict, path: Path, field: str) -> None:
+    """The field every table and the figure read: recall by threshold, each a number in [0, 1] or null."""
+    rec = m.get("recall")
+    if not isinstance(rec, dict) or not rec:
+        raise InputError(f"{path}: field '{field}' is missing or not an object of recall by threshold "
+                         "(is this the metrics.json of `eval score`?)")  # fmt: skip
+    for k, v in rec.items():
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1):
+            raise InputError(f"{path}: field '{field}.{k}' is {v!r}, expected a number in [0, 1] or null")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
     labels = args.labels or [d.name for d in args.runs]
     if len(labels) != len(args.runs):
         raise InputError(f"{len(labels)} labels for {len(args.runs)} runs")
+    seen: dict[str, Path] = {}
+    for label, d in zip(labels, args.runs, strict=True):
+        if label in seen:  # one row per label: two runs under one label would silently become one row
+            raise InputError(f"two runs are labelled {label!r} ({seen[label]} and {d}); give --labels with one "
+                             "name per run")  # fmt: skip
+        seen[label] = d
     loaded = [(label, *_load_run(d)) for label, d in zip(labels, args.runs, strict=True)]
     runs = [(label, m) for label, m, _ in loaded]
     text = runs_markdown(loaded, {label: d for label, d in zip(labels, args.runs, strict=True)})

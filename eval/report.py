@@ -46,7 +46,8 @@ def plot_recall_vs_iou(runs: Sequence[tuple[str, dict]], path: str | Path) -> Pa
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     drawn_ceilings = set()
     for label, m in runs:
-        ax.plot(xs, [100 * m["recall"].get(k, 0.0) for k in keys], marker="o", label=label)
+        ys = [m["recall"].get(k) for k in keys]  # null (no question at that threshold): a gap in the line
+        ax.plot(xs, [float("nan") if y is None else 100 * y for y in ys], marker="o", label=label)
         pc = m.get("parser_ceiling")
         if pc and json.dumps(pc, sort_keys=True) not in drawn_ceilings:
             drawn_ceilings.add(json.dumps(pc, sort_keys=True))
