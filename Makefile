@@ -88,6 +88,13 @@ vllm: $(VLLM_STAMP)
 demo: $(STAMP)
 	$(PY) -m quotecite demo --out $(DEMO_DIR)
 
+# --- docs: the documentation site from docs/ into site/ (mkdocs.yml), offline and --strict (a broken link, a missing
+# page or an unrenderable docstring fails it); `make test` runs the same build through tests/test_docs.py.
+.PHONY: docs
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+# --- end docs
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -111,4 +118,4 @@ bench: $(STAMP)
 	QUOTECITE_BENCH_OUT=$(CURDIR)/bench_out $(PY) -m pytest -q benchmarks -s -p no:cacheprovider -o python_files='bench_*.py' -o python_functions='bench_* test_*'
 
 clean:
-	rm -rf $(VENV) $(MINERU_VENV) $(EASYR1_VENV) $(VLLM_VENV) $(DEMO_DIR)
+	rm -rf $(VENV) $(MINERU_VENV) $(EASYR1_VENV) $(VLLM_VENV) $(DEMO_DIR) site

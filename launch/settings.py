@@ -13,7 +13,7 @@ names an unset setting is itself unset. As in the shell scripts (``${VAR:-defaul
 string counts as unset, except for a setting marked ``empty=True`` (``QUOTECITE_FLASH_ATTN=""`` skips flash-attn).
 
 Commands: ``python -m launch.settings`` (or ``table``) prints the grouped table, ``markdown`` the same as a markdown
-table (the README's GPU-cluster section), ``show`` the resolved values of this environment (exit 2 with one
+table (the documentation's settings reference, docs/settings.md), ``show`` the resolved values of this environment (exit 2 with one
 ``error:`` block when a setting is wrong).
 """
 
@@ -628,7 +628,7 @@ def _md(cell: str) -> str:
 
 
 def render_markdown() -> str:
-    """The same table in markdown, one row per setting (the README's GPU-cluster section)."""
+    """The same table in markdown, one row per setting (docs/settings.md, generated at build time)."""
     lines = ["| setting | default | unit | group | help |", "|---|---|---|---|---|"]
     for group in GROUPS:
         for s in (s for s in SETTINGS if s.group == group):
@@ -655,7 +655,7 @@ def render_resolved(s: Settings) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.settings", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", nargs="?", default="table", choices=("table", "markdown", "show", "shell", "check"),
-                        help="table (default): every setting; markdown: the same for the README; show: the values "
+                        help="table (default): every setting; markdown: the same for the documentation; show: the values "
                         "this environment resolves to; shell NAME...: those values as bash assignments (the "
                         "scripts' defaults come from here)")  # fmt: skip
     parser.add_argument("names", nargs="*", help="shell: the settings to print (QUOTECITE_...)")

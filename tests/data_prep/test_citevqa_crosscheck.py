@@ -7,7 +7,7 @@ it is replaced by a plain HTTP POST of the same messages to the same scripted Op
 run, so both scorers get the same verdicts. On a set of coordinate-interface questions (exact hits, partial
 overlaps, wrong pages, reversed boxes, a page the document lacks, a box covering two elements, repeated boxes, no
 citation) every per-question value agrees: recall@0.5, precision, Ans, Rel, F1 where it defines one, and SAA fed
-the 0-5 scores. The differences are the listed ones of ``eval/README.md`` ("Versus CiteVQA's reference scorer"),
+the 0-5 scores. The differences are the listed ones of ``docs/evaluation.md`` ("Versus CiteVQA's reference scorer"),
 each shown below by a case where the two disagree.
 """
 

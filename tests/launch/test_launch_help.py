@@ -63,14 +63,6 @@ def test_the_memory_request_is_the_estimate_it_comes_from():
     assert "python -m launch.budget memory --recipe recipes/qwen3vl_8b_grpo.yaml" in header
 
 
-def test_the_readme_settings_table_is_the_settings_module():
-    from launch.settings import render_markdown
-
-    readme = (REPO / "README.md").read_text()
-    block = readme.split("<!-- settings table: python -m launch.settings markdown -->\n", 1)[1]
-    assert block.split("<!-- end settings table -->", 1)[0] == render_markdown()
-
-
 def test_every_launch_script_finds_the_repository_with_the_same_block():
     def block(script: str) -> str:
         text = (REPO / script).read_text()
