@@ -267,8 +267,9 @@ def cmd_merge(a: argparse.Namespace) -> int:
     run_dir = Path(a.run_dir).resolve()
     if not run_dir.is_dir():  # a misspelt run folder is said, never created and merged as an empty run
         raise RunError(f"run folder {a.run_dir}: not a folder")
-    if not (run_dir / "segments").is_dir() and not (run_dir / "run_log.jsonl").is_file():
-        raise RunError(f"run folder {a.run_dir}: no segments/ and no run_log.jsonl (is this a run folder?)")
+    if not any((run_dir / "segments").glob("*/segment.json")):  # nothing to merge: a good run_log.jsonl is kept
+        raise RunError(f"run folder {a.run_dir}: no segments/*/segment.json to merge (is this a run folder?); "
+                       "run_log.jsonl is left as it is")  # fmt: skip
     with run_lock(run_dir):
         s = merge_run_log(run_dir, a.max_steps)
     print(

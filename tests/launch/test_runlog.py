@@ -517,6 +517,11 @@ def test_merge_of_a_misspelt_run_folder_is_an_error_and_creates_nothing(tmp_path
     (tmp_path / "empty").mkdir()
     assert main(["merge", "--run-dir", str(tmp_path / "empty")]) == 2
     assert "is this a run folder" in capsys.readouterr().err and list((tmp_path / "empty").iterdir()) == []
+    good = tmp_path / "good"  # a merged run whose segments folder is missing or misnamed: its log is kept
+    (good / "segmnets").mkdir(parents=True)
+    (good / "run_log.jsonl").write_text('{"step": 1}\n')
+    assert main(["merge", "--run-dir", str(good)]) == 2
+    assert "left as it is" in capsys.readouterr().err and (good / "run_log.jsonl").read_text() == '{"step": 1}\n'
 
 
 @pytest.mark.parametrize(("text", "field"), [("[1, 2]", "JSON object"), ('{"name": "1-0"', "not valid JSON"),
