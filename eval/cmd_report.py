@@ -45,6 +45,27 @@ def _check_recall(m: dict, path: Path, field: str) -> None:
             raise InputError(f"{path}: field '{field}.{k}' is {v!r}, expected a number in [0, 1] or null")
 
 
+_ROW_FIELDS = {"index": (int, str), "doc_key": (str,), "question": (str,), "gold_answer": (str,),
+               "recall": (dict,), "citations": (list,), "gt_necessary": (list,), "gt_all": (list,)}  # fmt: skip
+
+
+def _check_row(r: dict, where: str) -> dict:
+    """A row of ``per_question.jsonl`` as ``eval score`` writes it: the fields the report reads, of their types (a
+    hand-edited or foreign file is one error naming the line and the field, never a traceback)."""
+    for key, kinds in _ROW_FIELDS.items():
+        if not isinstance(r.get(key), kinds) or isinstance(r.get(key), bool):
+            raise InputError(f"{where}: field {key!r} is {str(r.get(key))[:60]!r}, expected "
+                             f"{' or '.join(k.__name__ for k in kinds)} (is this eval score's per_question.jsonl?)")  # fmt: skip
+    for i, c in enumerate(r["citations"]):
+        if not isinstance(c, dict) or not isinstance(c.get("bbox"), list) or "page" not in c:
+            raise InputError(f"{where}: citation {i} is not an object with a page and a bbox list")
+    for key in ("gt_necessary", "gt_all"):
+        for e in r[key]:
+            if not isinstance(e, list | tuple) or not e:
+                raise InputError(f"{where}: field {key!r} holds {str(e)[:40]!r}, expected [page, ...] entries")
+    return r
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=Path, nargs="+", default=None, help="score folders to put side by side")
     parser.add_argument("--labels", nargs="+", default=None, help="names of the runs (default: folder names)")
@@ -66,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         refuse_output_inside(args.out, [args.cache_dir], "the cache folder --cache-dir")
     if args.score_dir:
         metrics, _ = _load_run(args.score_dir)
-        rows = [d for _, d in iter_jsonl(args.score_dir / "per_question.jsonl")]
+        path = args.score_dir / "per_question.jsonl"
+        rows = [_check_row(d, f"{path}:{n}") for n, d in iter_jsonl(path)]
         docs = None
         if args.cache_dir:
             from data_prep.cache import DocCache

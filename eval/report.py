@@ -142,8 +142,8 @@ def write_report(
     )
     index_rows = [
         [f"<a href='#q{i}'>{esc(str(r['index']))}</a>", esc(r.get("language") or ""), esc(r.get("qtype") or ""),
-         pct(r["recall"].get("0.5")), pct(r["precision"]), str(r["n_citations"]),
-         "-" if not r.get("judge") else f"{r['judge']['answer']}/{r['judge']['relevance']}"]
+         esc(pct(r["recall"].get("0.5"))), esc(pct(r["precision"])), esc(str(r["n_citations"])),
+         "-" if not r.get("judge") else esc(f"{r['judge']['answer']}/{r['judge']['relevance']}")]
         for i, r in enumerate(shown)
     ]  # fmt: skip
     out.append("<h2>Questions</h2>" + _html_table(["index", "lang", "type", "Rec.5", "Prec", "cit.", "Ans/Rel"],
@@ -158,6 +158,12 @@ def write_report(
                 d.close()
     out.append("</body></html>")
     return atomic_write_text(path, "\n".join(out))
+
+
+def _fmt(v, digits: int) -> str:
+    """A number with ``digits`` decimals; anything else (a hand-edited per_question.jsonl) as its text, which the
+    caller escapes."""
+    return f"{v:.{digits}f}" if isinstance(v, int | float) and not isinstance(v, bool) else str(v)
 
 
 def _html_table(header: Sequence[str], rows: Sequence[Sequence[str]], raw: bool = False) -> str:
@@ -189,8 +195,8 @@ def _question_html(i: int, r: dict, docs, files: Path, open_docs: dict) -> str:
         for n, c in enumerate(r["citations"], 1):
             cls = "hit" if c.get("hit") else "miss"
             mark = "hit" if c.get("hit") else ("optional" if c.get("hit_any") else "miss")
-            crow.append([str(n), str(c["page"]), esc(", ".join(f"{v:.0f}" for v in c["bbox"])),
-                         "-" if c.get("similarity") is None else f"{c['similarity']:.3f}",
+            crow.append([str(n), esc(str(c["page"])), esc(", ".join(_fmt(v, 0) for v in c["bbox"])),
+                         "-" if c.get("similarity") is None else esc(_fmt(c["similarity"], 3)),
                          esc(c.get("quote") or ""), f"<span class='{cls}'>{mark}</span>"])  # fmt: skip
         parts.append(_html_table(["#", "page", "bbox (pt)", "similarity", "quote", "match"], crow, raw=True))
     if docs is not None:

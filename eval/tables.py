@@ -40,7 +40,16 @@ THRESHOLD_LABELS = {"page": "page", "0.1": "@0.1", "0.3": "@0.3", "0.5": "@0.5",
 
 
 def pct(v) -> str:
-    return "-" if v is None else f"{100 * v:.1f}"
+    """A fraction as a percentage with one decimal; ``-`` for None, ``?`` for anything that is not a number.
+
+    >>> pct(0.1234), pct(None), pct("0.5")
+    ('12.3', '-', '?')
+    """
+    if v is None:
+        return "-"
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return "?"
+    return f"{100 * v:.1f}"
 
 
 def _num(v, digits: int = 2) -> str:

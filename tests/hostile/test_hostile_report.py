@@ -87,6 +87,61 @@ for label, v in [("text", "high"), ("list", [1]), ("number", 5), ("null-ok", Non
                       two_runs(put("recall", v) if v is not None else recall_at(None))))  # fmt: skip
 
 
+# ---------------------------------------------------------------------------------------------- report --score-dir
+MARKUP = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+ONE = ["eval", "report", "--score-dir", "{tmp}/s"]
+
+
+def one_run(change):
+    """Set-up: a copy of the suite's scored run at ``tmp/s`` with ``change(row)`` applied to its first row."""
+
+    def setup(c) -> None:
+        shutil.copytree(c.env.score_dir, c.tmp / "s")
+        path = c.tmp / "s" / "per_question.jsonl"
+        rows = [json.loads(x) for x in path.read_text().splitlines()]
+        change(rows[0])
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    return setup
+
+
+def no_markup(c, r):
+    page = (c.tmp / "s" / "report.html").read_text()
+    assert "<script>alert" not in page and "<img src=x" not in page and 'onerror="alert' not in page, "injected"
+
+
+def setp(*path_value):
+    *path, value = path_value
+
+    def change(row):
+        node = row
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+
+    return change
+
+
+for name, change in [
+    ("question", setp("question", MARKUP)), ("gold", setp("gold_answer", MARKUP)), ("answer", setp("answer", MARKUP)),
+    ("index", setp("index", MARKUP)), ("doc-key", setp("doc_key", MARKUP)), ("language", setp("language", MARKUP)),
+    ("n-citations", setp("n_citations", MARKUP)), ("precision", setp("precision", MARKUP)),
+    ("judge-answer", setp("judge", {"answer": MARKUP, "relevance": MARKUP, "coverage": None})),
+    ("citation-page", lambda r: r["citations"].append({"page": MARKUP, "bbox": [MARKUP, 1, 2, 3], "quote": MARKUP,
+                                                       "similarity": MARKUP})),
+    ("recall-value", lambda r: r["recall"].update({"0.5": MARKUP})),
+]:  # fmt: skip
+    CASES.append(Case(f"report-markup-{name}", ONE, success(no_markup), one_run(change)))
+for name, change, phrase in [
+    ("no-recall", lambda r: r.pop("recall"), "'recall'"),
+    ("citations-text", setp("citations", "many"), "'citations'"),
+    ("citation-no-bbox", lambda r: r["citations"].append({"page": 1}), "citation"),
+    ("question-number", setp("question", 7), "'question'"),
+    ("gt-text", setp("gt_all", ["x"]), "'gt_all'"),
+]:  # fmt: skip
+    CASES.append(Case(f"report-row-{name}", ONE, clean_error("per_question.jsonl:1", phrase), one_run(change)))
+
+
 @pytest.mark.parametrize("case", CASES, ids=harness.ids(CASES))
 def test_hostile_report(case, hostile_env, tmp_path):
     harness.check_case(case, tmp_path, hostile_env, "report")
