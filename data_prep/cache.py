@@ -40,7 +40,7 @@ import numpy as np
 from core import geometry
 from core.errors import InputError
 from core.geometry import clip_bbox
-from core.io import WRITE_ERRNOS, OutputError, decode_text, loads_record, read_json
+from core.io import WRITE_ERRNOS, OutputError, check_regular, decode_text, loads_record, read_bytes, read_json
 from data_prep.document import Document, sha256_file
 from data_prep.encoders import l2_normalize
 from data_prep.types import Block
@@ -267,6 +267,11 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
     """Load and verify ``cache_dir/key``. Raises :class:`CacheError` when missing, truncated or inconsistent."""
     path = Path(cache_dir) / key
     manifest_path = path / "manifest.json"
+    if manifest_path.exists() and not manifest_path.is_file():
+        try:
+            check_regular(manifest_path, "cache manifest")
+        except InputError as e:
+            raise CacheError(f"{manifest_path}: unreadable manifest ({e}); rebuild") from None
     if not manifest_path.is_file():
         raise CacheError(
             f"{path}: no cache entry for doc_key {key!r} (no manifest.json); build it with data_prep blocks"
@@ -286,9 +291,9 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
         raise CacheError(f"{manifest_path}: cache format {manifest.get('format')!r}, expected {CACHE_FORMAT}; rebuild")
     blocks_path = path / "blocks.jsonl"
     try:
-        raw = blocks_path.read_bytes()
-    except OSError as e:
-        raise CacheError(f"{blocks_path}: unreadable ({e.strerror})") from None
+        raw = read_bytes(blocks_path, "cache blocks")  # a regular file only: a FIFO here is never waited on
+    except (OSError, InputError) as e:
+        raise CacheError(f"{blocks_path}: unreadable ({getattr(e, 'strerror', None) or e}); rebuild") from None
     if _sha256_bytes(raw) != manifest.get("blocks_sha256"):
         raise CacheError(f"{blocks_path}: content does not match the manifest (truncated or edited); rebuild")
     blocks = read_block_records(raw, blocks_path)
@@ -297,6 +302,10 @@ def load_cache(cache_dir: str | Path, key: str, mmap: bool = True) -> CachedDoc:
     embeddings = None
     if manifest.get("encoder"):
         emb_path = path / "embeddings.npy"
+        try:
+            check_regular(emb_path, "cache embeddings")  # np.load would wait on a FIFO forever
+        except InputError as e:
+            raise CacheError(f"{emb_path}: unreadable or truncated ({e}); rebuild") from None
         try:
             embeddings = np.load(emb_path, mmap_mode="r" if mmap else None)
         except (OSError, ValueError, EOFError) as e:

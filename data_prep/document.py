@@ -24,6 +24,7 @@ from PIL import Image
 
 from core.errors import InputError
 from core.geometry import BBox
+from core.io import open_regular
 
 DEFAULT_CROP_DPI = 150
 """Crops of blocks are rendered at this resolution (docs/METHOD.md step 2)."""
@@ -75,8 +76,9 @@ class TextLine:
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """The sha256 of a regular file (:func:`core.io.open_regular`: a FIFO or a device is refused, never read)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while data := f.read(chunk):
             h.update(data)
     return h.hexdigest()

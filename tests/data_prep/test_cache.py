@@ -12,6 +12,8 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -299,6 +301,21 @@ def test_damaged_entry_is_reported_on_load_and_rebuilt(pdf, pdftext, minilm, tmp
     assert rebuilt.key == entry.key and rebuilt.blocks == entry.blocks
     np.testing.assert_array_equal(load_cache(tmp_path, entry.key).embeddings, before)
     assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(("file", "message"), [("blocks.jsonl", "FIFO"), ("embeddings.npy", "FIFO"),
+                                               ("manifest.json", "FIFO")])  # fmt: skip
+def test_a_fifo_in_place_of_a_cache_file_is_an_error_never_a_wait(pdf, pdftext, minilm, tmp_path, file, message):
+    # Opening a FIFO for reading blocks until a writer comes, so a reader that does not check first hangs forever;
+    # the load runs in a child with a deadline, so a regression fails here instead of hanging the suite.
+    entry = build_cache(pdf, pdftext, minilm, tmp_path / "c")
+    (entry.path / file).unlink()
+    os.mkfifo(entry.path / file)
+    code = (f"from data_prep.cache import load_cache\ntry:\n    load_cache({str(tmp_path / 'c')!r}, {entry.key!r})\n"
+            "except Exception as e:\n    print(type(e).__name__, e)\n")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert r.stdout.startswith("CacheError") and message in r.stdout and file in r.stdout, r.stdout + r.stderr
 
 
 def test_missing_entry_names_the_key(tmp_path):
