@@ -64,11 +64,12 @@ class Step:
         """The step as one shell line (``+ ...``), the form the dry run prints."""
         if self.kind in ("call", "wait"):
             return f"+ {self.text}" if self.kind == "wait" else f"+ [{self.name}] {self.text}"
-        pre = "" if self.gpus is None else f"CUDA_VISIBLE_DEVICES={self.gpus} "
+        # every word quoted for the shell: a path with a blank, a quote or $(...) prints as the one word it is
+        pre = "" if self.gpus is None else f"{shlex.quote(f'CUDA_VISIBLE_DEVICES={self.gpus}')} "
         env = ("env " + " ".join(shlex.quote(f"{k}={v}") for k, v in self.env.items()) + " ") if self.env else ""
         line = f"+ {pre}{env}{shlex.join(self.argv)}"
         if self.log:
-            line += f" > {self.log} 2>&1"
+            line += f" > {shlex.quote(self.log)} 2>&1"
         if self.kind == "start":
             line += f" &   # {self.name}"
         return line

@@ -131,6 +131,21 @@ def flags(value: str) -> list[str]:
         raise ValueError(f"cannot split into words: {str(e).lower()}") from None
 
 
+_LAUNCH_SERVER_FLAGS = ("--port", "--host", "--served-model-name", "--model")
+
+
+def server_flags(value: str) -> list[str]:
+    """Extra ``vllm serve`` flags (:func:`flags`), never one the launch sets itself: ``--port`` (the job waits on
+    the port it chose), ``--host``, ``--served-model-name`` and ``--model`` (the reward asks for the model id)."""
+    words = flags(value)
+    for w in words:
+        name = w.split("=", 1)[0]
+        if name in _LAUNCH_SERVER_FLAGS:
+            raise ValueError(f"{name} is set by the launch (QUOTECITE_JUDGE_PORT or QUOTECITE_EMBED_PORT, the node, the model id); "
+                             "leave it out")  # fmt: skip
+    return words
+
+
 def command(value: str) -> list[str]:
     """A program and its first arguments (``vllm serve``), split as the shell would; not empty."""
     words = flags(value)
@@ -361,8 +376,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("JUDGE_MAX_MODEL_LEN", "32768", "tokens", positive_int, "servers", f"{_L},{_EV}", "the judge's context length"),
     _s("EMBED_MAX_MODEL_LEN", "8192", "tokens", positive_int, "servers", f"{_L},{_EV}",
        "the embedder's context length"),
-    _s("JUDGE_ARGS", None, "flags", flags, "servers", f"{_L},{_EV}", "extra vllm serve flags of the judge"),
-    _s("EMBED_ARGS", None, "flags", flags, "servers", f"{_L},{_EV}", "extra vllm serve flags of the embedder"),
+    _s("JUDGE_ARGS", None, "flags", server_flags, "servers", f"{_L},{_EV}", "extra vllm serve flags of the judge"),
+    _s("EMBED_ARGS", None, "flags", server_flags, "servers", f"{_L},{_EV}", "extra vllm serve flags of the embedder"),
     _s("JUDGE_CMD", None, "flags", command, "servers", f"{_L},{_EV}",
        "the judge's server program (default: the server venv's vllm serve)"),
     _s("EMBED_CMD", None, "flags", command, "servers", f"{_L},{_EV}",

@@ -196,6 +196,30 @@ def test_an_override_of_what_the_launch_sets_or_a_malformed_one_is_refused_befor
     assert len(lines) == 1 and phrase in lines[0] and "Traceback" not in r.stderr, r.stderr
 
 
+def test_every_printed_command_is_the_step_it_runs_whatever_the_paths_hold(tmp_path):
+    # A run folder with a blank, quotes and $(...): each printed '+' line, split as the shell splits it, is exactly
+    # the step's words (GPU variable, env assignments, argv, log), and printing ran nothing.
+    odd = tmp_path / "my run $(touch pwned) 'q' \"d\""
+    env = {"QUOTECITE_MAX_STEPS": "8", "QUOTECITE_RUN_DIR": str(odd)}
+    text = dry_run(tmp_path, **env)
+    records = steps(tmp_path, **env)
+    printed = [shlex.split(line[2:]) for line in text.splitlines() if line.startswith("+ ") and "   # " in line
+               or line.startswith("+ ") and " 2>&1" in line]  # fmt: skip
+    runs = [r for r in records if r["kind"] in ("start", "run") and r.get("log")]
+    assert len(printed) == len(runs) > 3
+    for words, r in zip(printed, runs, strict=True):
+        if "&" in words:
+            words = words[: words.index("&")]
+        if "gpus" in r:
+            assert words.pop(0) == f"CUDA_VISIBLE_DEVICES={r['gpus']}"
+        if r.get("env"):  # the JSON record's keys are sorted; the printed line keeps the step's order
+            assert words.pop(0) == "env"
+            assigned = [words.pop(0) for _ in r["env"]]
+            assert sorted(assigned) == sorted(f"{k}={v}" for k, v in r["env"].items())
+        assert words == [*r["argv"], ">", r["log"], "2>&1"]
+    assert str(odd) in text and not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+
 def test_eval_dry_run_infers_base_and_adapter_on_gpus_0_and_1_then_resolves_and_scores(tmp_path):
     out = dry_run(tmp_path, script=EVAL, QUOTECITE_EVAL_STEP="144", QUOTECITE_EVAL_GOLD="/g.jsonl",
                   QUOTECITE_EVAL_CACHE_DIR="/cache")  # fmt: skip

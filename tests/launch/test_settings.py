@@ -427,3 +427,13 @@ def test_main_in_process(capsys):
     with pytest.raises(SystemExit) as e:
         settings.main(["show", "--readers", "trainer"])
     assert e.value.code == 2 and "--readers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["QUOTECITE_JUDGE_ARGS", "QUOTECITE_EMBED_ARGS"])
+@pytest.mark.parametrize("flags", ["--port 9000", "--max-num-seqs 8 --port=9000", "--host 0.0.0.0",
+                                   "--served-model-name other", "--model /x"])  # fmt: skip
+def test_extra_server_flags_never_contradict_what_the_launch_sets(tmp_path, name, flags):
+    # the job waits on the port it chose and asks for the model id: a flag that moves either is refused at start
+    with pytest.raises(InputError, match=name):
+        settings.resolve({name: flags}, tmp_path)
+    assert settings.resolve({name: "--max-num-seqs 8"}, tmp_path).text(name) == "--max-num-seqs 8"

