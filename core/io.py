@@ -27,6 +27,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
+import functools
 import json
 import math
 import os
@@ -60,6 +61,22 @@ def write_failure(path: str | Path, e: OSError) -> OutputError:
     return OutputError(f"{path}: cannot write: {why}")
 
 
+@functools.cache
+def _umask() -> int:
+    """This process's umask, read once (by setting it and setting it back: the only way the OS offers; once, so no
+    file another thread creates meanwhile sees the momentary value)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _open_mode(path: Path, folder: bool = False) -> None:
+    """Give a file or folder made by ``tempfile`` (always 0600/0700) the mode a plain ``open``/``mkdir`` would have
+    given it under this process's umask, so on a shared cluster a run's results are as readable as the user's
+    umask says (a group's members read them), not private to the user whatever the umask."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path`` for a library to write (PIL, pyarrow, reportlab); on success it is
@@ -90,6 +107,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        _open_mode(tmp)
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
@@ -266,6 +284,7 @@ def atomic_dir(path: str | Path, owned: Iterable[str] = (), flag: str = "--out")
             if e.errno in WRITE_ERRNOS:
                 raise write_failure(path, e) from None
             raise
+        _open_mode(tmp, folder=True)
         if path.is_dir():
             old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old"))
             os.replace(path, old / "prev")

@@ -289,3 +289,19 @@ def test_finite_refuses_non_finite(text):
 
     with pytest.raises(argparse.ArgumentTypeError):
         finite(text)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_atomic_outputs_have_the_modes_the_umask_gives(tmp_path, umask):
+    # tempfile makes 0600 files and 0700 folders; an output renamed from one must have the mode a plain write gives
+    # under the user's umask, so a group on a shared cluster can read a run's results when the umask says so
+    import subprocess
+    import sys
+
+    code = ("import os, sys; os.umask(int(sys.argv[2], 8)); from core.io import atomic_write_text, atomic_dir\n"
+            "atomic_write_text(sys.argv[1] + '/f.txt', 'x')\n"
+            "with atomic_dir(sys.argv[1] + '/d') as t: open(os.path.join(t, 'a'), 'w').write('y')\n")  # fmt: skip
+    subprocess.run([sys.executable, "-c", code, str(tmp_path), oct(umask)[2:]], check=True,
+                   cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o777 & ~umask
