@@ -266,6 +266,9 @@ class Job:
                 port, label = s.embed_port, f"embedding server ({s.embed_model} on {where})"
             else:
                 port = s.judge_port + i if s.judge_port else 0
+                if port > 65535:
+                    raise InputError(f"judge replica {i + 1}'s port {port} (QUOTECITE_JUDGE_PORT={s.judge_port} + "
+                                     f"{i}) is past 65535: lower QUOTECITE_JUDGE_PORT, or 0 for any free port")  # fmt: skip
                 label = f"judge server{f' {i + 1}' if i else ''} ({s.judge_model} on {where})"
             out.append(Server(name, role, s.embed_model if role == "embed" else s.judge_model, node, pos, dev, host,
                               port, label))  # fmt: skip

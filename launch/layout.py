@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import re
 import shlex
@@ -59,6 +60,14 @@ class LayoutError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------- hostlists
+MAX_NODES = 10_000
+"""Most node names a node list may expand to (the largest Slurm clusters have fewer nodes): a range such as
+``n[0-99999999]`` is refused before it is expanded."""
+MAX_GPUS_PER_NODE = 64
+"""Most GPUs a node may report (a count past it is a typo, not a machine)."""
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
 def expand_hostlist(text: str) -> list[str]:
     """Slurm's hostlist form to node names, in order (what ``scontrol show hostnames`` prints).
 
@@ -75,15 +84,25 @@ def expand_hostlist(text: str) -> list[str]:
             raise LayoutError(f"node list {text!r}: empty name between commas")
         parts: list[list[str]] = []
         pos = 0
+        room = MAX_NODES - len(names)
         for m in re.finditer(r"\[([^\[\]]*)\]", item):
             parts.append([item[pos : m.start()]])
-            parts.append(_expand_ranges(m.group(1), text))
+            parts.append(_expand_ranges(m.group(1), text, room))
+            room //= max(len(parts[-1]), 1)
             pos = m.end()
         rest = item[pos:]
         if "[" in rest or "]" in rest or any("[" in p[0] or "]" in p[0] for p in parts[::2]):
             raise LayoutError(f"node list {text!r}: unbalanced brackets in {item!r}")
         parts.append([rest])
+        if math.prod(len(p) for p in parts) > MAX_NODES - len(names):
+            raise LayoutError(f"node list {text!r}: more than {MAX_NODES} nodes")
         names.extend("".join(combo) for combo in itertools.product(*parts))
+    bad = next((n for n in names if not _NODE_NAME.fullmatch(n)), None)
+    if bad is not None:
+        raise LayoutError(f"node list {text!r}: {bad!r} is not a node name (letters, digits, '.', '_', '-')")
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise LayoutError(f"node list {text!r}: node {dup!r} is listed twice")
     return names
 
 
@@ -108,15 +127,17 @@ def _split_top(text: str) -> list[str]:
     return [s.strip() for s in out]
 
 
-def _expand_ranges(spec: str, text: str) -> list[str]:
+def _expand_ranges(spec: str, text: str, room: int = MAX_NODES) -> list[str]:
     out: list[str] = []
     for r in spec.split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", r)
+        m = re.fullmatch(r"\s*(\d{1,12})\s*(?:-\s*(\d{1,12})\s*)?", r)
         if not m:
             raise LayoutError(f"node list {text!r}: {r!r} is not a number or a range like 01-03")
         lo, hi = m.group(1), m.group(2) or m.group(1)
         if int(hi) < int(lo):
             raise LayoutError(f"node list {text!r}: range {r.strip()!r} goes down")
+        if len(out) + int(hi) - int(lo) + 1 > room:  # counted before anything is made
+            raise LayoutError(f"node list {text!r}: more than {MAX_NODES} nodes")
         out.extend(str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1))
     return out
 
@@ -131,9 +152,11 @@ def parse_gpu_count(value: str, what: str) -> int:
     total = 0
     for item in value.split(","):
         last = item.strip().rsplit(":", 1)[-1]
-        if not last.isdigit():
+        if not last.isdigit() or len(last) > 6:
             raise LayoutError(f"{what}={value!r}: not a GPU count (expected e.g. 8 or gpu:h200:8)")
         total += int(last)
+    if total > MAX_GPUS_PER_NODE:
+        raise LayoutError(f"{what}={value!r}: {total} GPUs on a node, more than {MAX_GPUS_PER_NODE}")
     return total
 
 
@@ -145,9 +168,13 @@ def parse_counts(value: str, n_nodes: int, what: str) -> list[int]:
     """
     out: list[int] = []
     for item in value.split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:\(x(\d+)\))?\s*", item)
+        m = re.fullmatch(r"\s*(\d{1,6})\s*(?:\(x(\d{1,6})\))?\s*", item)
         if not m:
             raise LayoutError(f"{what}={value!r}: {item!r} is not a count like 8 or 8(x2)")
+        if int(m.group(1)) > MAX_GPUS_PER_NODE:
+            raise LayoutError(f"{what}={value!r}: {m.group(1)} GPUs on a node, more than {MAX_GPUS_PER_NODE}")
+        if len(out) + int(m.group(2) or 1) > MAX_NODES:
+            raise LayoutError(f"{what}={value!r}: more than {MAX_NODES} nodes")
         out.extend([int(m.group(1))] * int(m.group(2) or 1))
     if len(out) == 1 and n_nodes > 1:
         out *= n_nodes
@@ -178,7 +205,10 @@ class Allocation:
 def allocation_from_env(env: dict[str, str] | None = None, hostname: str | None = None) -> Allocation:
     """The allocation as a job sees it (see the module docstring for the variables)."""
     env = dict(os.environ if env is None else env)
-    devices = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or None
+    devices = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or None
+    if devices and len(set(devices)) != len(devices):  # one GPU twice would put two programs on it
+        dup = next(d for d in devices if devices.count(d) > 1)
+        raise LayoutError(f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r}: GPU {dup} is listed twice")
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     raw_n = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or ""
     if nodelist:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -286,3 +287,38 @@ def test_a_server_that_fails_for_another_reason_is_not_restarted(tmp_path):
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 3 and "starting it again" not in r.stderr
     assert int((tmp_path / "p").read_text()) > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("n[0-99999999]", "more than 10000 nodes"),  # refused before anything is expanded (no memory error)
+        ("a[0-9999],b[0-9]", "more than 10000 nodes"),
+        ("r[0-999]n[0-999]", "more than 10000 nodes"),
+        ("n[1-999999999999999]", "not a number or a range"),  # past 12 digits: not read as a number at all
+        ("gpu01,gpu01", "listed twice"),
+        ("gpu[01-02],gpu02", "listed twice"),
+        ("node 1", "not a node name"),
+        ("n$(id)", "not a node name"),
+    ],
+)
+def test_a_node_list_past_any_cluster_or_with_bad_names_is_refused_quickly(text, error):
+    with pytest.raises(LayoutError, match=re.escape(error)):  # counted before built: n[0-99999999] is no list
+        expand_hostlist(text)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "error"),
+    [
+        ("SLURM_GPUS_ON_NODE", "99999999999", "not a GPU count"),
+        ("SLURM_GPUS_ON_NODE", "gpu:h200:65", "more than 64"),
+        ("QUOTECITE_NODE_GPUS", "8(x999999)", "more than 10000 nodes"),
+        ("QUOTECITE_NODE_GPUS", "100", "more than 64"),
+        ("CUDA_VISIBLE_DEVICES", "0,1,1", "GPU 1 is listed twice"),
+    ],
+)
+def test_slurm_variables_that_no_node_can_have_are_refused(var, value, error):
+    from launch.layout import allocation_from_env
+
+    with pytest.raises(LayoutError, match=re.escape(error)):
+        allocation_from_env({var: value}, hostname="n1")
