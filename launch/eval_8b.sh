@@ -158,9 +158,11 @@ esac
 
 QC_PDF_ARGS=()
 [[ -n ${QUOTECITE_EVAL_PDF_DIR:-} ]] && QC_PDF_ARGS=(--pdf-dir "$QUOTECITE_EVAL_PDF_DIR")
-# shellcheck disable=SC2206  # extra flags split on spaces
+qc_words QC_INFER_EXTRA "${QUOTECITE_EVAL_INFER_ARGS:-}"
+qc_words QC_RESOLVE_EXTRA "${QUOTECITE_EVAL_RESOLVE_ARGS:-}"
+qc_words QC_SCORE_EXTRA "${QUOTECITE_EVAL_SCORE_ARGS:-}"
 QC_INFER_COMMON=(--gold "$QC_GOLD" --interface language --cache-dir "$QC_CACHE" "${QC_PDF_ARGS[@]}"
-  ${QUOTECITE_EVAL_INFER_ARGS:-})
+  "${QC_INFER_EXTRA[@]}")
 QC_LABELS=(base "grpo-step$QC_STEP")
 
 # qc_eval_infer TAG BASE_OUT LORA_OUT [FLAG...]: base inference on QC_GPU_BASE and base + adapter on QC_GPU_LORA
@@ -202,14 +204,12 @@ qc_eval_servers() {
 qc_eval_score() {
   local i=0 side
   for side in base lora; do
-    # shellcheck disable=SC2086
     qc_run "${QC_SERVER_ENV[@]}" "$QC_PY" -m eval resolve --pred "$QC_OUT/$side/predictions.jsonl" --gold "$QC_GOLD" \
-      --cache-dir "$QC_CACHE" --out "$QC_OUT/$side/citations.jsonl" ${QUOTECITE_EVAL_RESOLVE_ARGS:-} ||
+      --cache-dir "$QC_CACHE" --out "$QC_OUT/$side/citations.jsonl" "${QC_RESOLVE_EXTRA[@]}" ||
       { qc_stop_servers; qc_die "eval resolve failed for $side"; }
-    # shellcheck disable=SC2086
     qc_run "${QC_SERVER_ENV[@]}" "$QC_PY" -m eval score --gold "$QC_GOLD" --pred "$QC_OUT/$side/citations.jsonl" \
       --out "$QC_OUT/$side/score" --cache-dir "$QC_CACHE" --judge-url "$QC_JUDGE_URL" --judge-model "$QC_JUDGE_MODEL" \
-      --label "${QC_LABELS[$i]}" ${QUOTECITE_EVAL_SCORE_ARGS:-} ||
+      --label "${QC_LABELS[$i]}" "${QC_SCORE_EXTRA[@]}" ||
       { qc_stop_servers; qc_die "eval score failed for $side"; }
     i=$((i + 1))
   done
@@ -261,8 +261,7 @@ if [[ -z $QC_PHASE ]]; then # submit the array and the scoring job
   QC_TASKS=${QUOTECITE_EVAL_TASKS:-1-$QC_SHARDS}
   [[ $QC_TASKS =~ ^[0-9,-]+$ ]] ||
     qc_die "QUOTECITE_EVAL_TASKS must be array ids such as '1-$QC_SHARDS' or '2,4' (got '$QC_TASKS')"
-  # shellcheck disable=SC2206
-  QC_SBATCH_EXTRA=(${QUOTECITE_EVAL_SBATCH_ARGS:-})
+  qc_words QC_SBATCH_EXTRA "${QUOTECITE_EVAL_SBATCH_ARGS:-}"
   QC_EXPORT="ALL,QUOTECITE_REPO=$QC_REPO,QUOTECITE_RUN_DIR=$QC_RUN_DIR,QUOTECITE_EVAL_STEP=$QC_STEP"
   QC_EXPORT+=",QUOTECITE_EVAL_OUT=$QC_OUT,QUOTECITE_EVAL_SHARDS=$QC_SHARDS"
   QC_SCRIPT=$QC_REPO/launch/eval_8b.sh

@@ -91,9 +91,9 @@ QC_TASKS=${QUOTECITE_PREP_TASKS:-1-$QC_SHARDS}
 [[ $QC_TASKS =~ ^[0-9,-]+$ ]] ||
   qc_die "QUOTECITE_PREP_TASKS must be array ids such as '1-$QC_SHARDS' or '2,4' (got '$QC_TASKS')"
 read -r -a QC_CMD <<<"${QUOTECITE_PREP_CMD:-$QC_PY -m data_prep longdocurl}"
-# shellcheck disable=SC2206  # extra flags split on spaces
+qc_words QC_PREP_EXTRA "${QUOTECITE_PREP_ARGS:-}"
 QC_ARGS=(--jsonl "${QC_JSONL:-LongDocURL.jsonl}" --pdf-dir "${QC_PDF_DIR:-PDF_DIR}" --out "$QC_OUT"
-  ${QUOTECITE_PREP_ARGS:-})
+  "${QC_PREP_EXTRA[@]}")
 
 if [[ $QC_DRY_RUN != 1 && $QC_PHASE != shard ]]; then
   [[ -f $QC_JSONL ]] || qc_die "QUOTECITE_PREP_JSONL must name LongDocURL.jsonl (got '${QC_JSONL}')"
@@ -125,8 +125,7 @@ fi
 [[ -z $QC_PHASE ]] || qc_die "QUOTECITE_PREP_PHASE must be shard or final (got '$QC_PHASE')"
 
 # ------------------------------------------------------------------------------------------ submit
-# shellcheck disable=SC2206
-QC_SBATCH_EXTRA=(${QUOTECITE_PREP_SBATCH_ARGS:-})
+qc_words QC_SBATCH_EXTRA "${QUOTECITE_PREP_SBATCH_ARGS:-}"
 QC_EXPORT="ALL,QUOTECITE_REPO=$QC_REPO,QUOTECITE_PREP_OUT=$QC_OUT,QUOTECITE_PREP_SHARDS=$QC_SHARDS"
 QC_SCRIPT=$QC_REPO/launch/prep_array.sh
 QC_ARRAY_SBATCH=(--array="$QC_TASKS" --output="$QC_LOG_DIR/shard-%A_%a.out" "${QC_SBATCH_EXTRA[@]}"

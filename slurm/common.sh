@@ -67,6 +67,18 @@ qc_quote() {
   printf '%s' "$out"
 }
 
+# qc_words ARRAY TEXT: TEXT split into words as the shell splits a command line (quotes group words, nothing is
+# expanded: no globbing, no variables, no $(...)), into the array named ARRAY. A flag setting such as
+# QUOTECITE_EVAL_SCORE_ARGS="--label 'my run' --limit 5" becomes four words, and '*' stays '*'.
+qc_words() {
+  local -n qc_words_out=$1
+  local w
+  qc_words_out=()
+  while IFS= read -r -d '' w; do qc_words_out+=("$w"); done < <("${QC_PY:-python3}" -c '
+import shlex, sys
+sys.stdout.write("".join(w + "\0" for w in shlex.split(sys.argv[1])))' "$2")
+}
+
 # qc_run ARGS...: run a command, or print it in dry-run mode.
 qc_run() {
   if [[ ${QC_DRY_RUN:-0} == 1 ]]; then

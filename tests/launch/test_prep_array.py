@@ -19,6 +19,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -367,3 +368,20 @@ def test_array_with_a_failed_task_then_rerun_gives_the_one_process_cache_and_par
         assert f"shard {i}/{n}: {len(docs_of[i])} documents ({done} already done)" in " ".join(log.split()), log
     assert outputs(out) == outputs(one_process["out"])
     assert cache_digest(tmp_path / "cache") == cache_digest(one_process["cache"])
+
+
+def test_flag_settings_are_split_as_the_shell_splits_a_command_line_never_globbed(dataset, tmp_path):
+    # QUOTECITE_PREP_ARGS with a quoted word and a '*': one word each (the unquoted bash expansion made 'my run' two
+    # words and '*' the names of the files in the working folder)
+    (tmp_path / "a-file-here").write_text("x")
+    env = script_env(dataset, tmp_path / "out", QUOTECITE_PREP_SHARDS="2",
+                     QUOTECITE_PREP_ARGS="--note 'my run' --pattern '*' --glob *")  # fmt: skip
+    r = subprocess.run(
+        ["bash", SCRIPT, "--dry-run"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    task = next(x for x in r.stdout.splitlines() if x.startswith("#   task 1: "))
+    words = shlex.split(task.removeprefix("#   task 1: "))
+    i = words.index("--note")
+    assert words[i : i + 6] == ["--note", "my run", "--pattern", "*", "--glob", "*"], words
+    assert "a-file-here" not in task
