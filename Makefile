@@ -46,7 +46,8 @@ mineru: $(MINERU_STAMP)
 # (qwen-vl-utils and Qwen3-VL's video processor import torchvision, and PyPI's torchvision does not load beside the
 # CPU torch 2.13.0 of .venv): on x86_64 torch 2.14.1 + torchvision 0.29.1 (a CUDA build, run on the CPU; about
 # 5.5 GB, from this machine's wheel store), on aarch64 torch 2.9.1 + torchvision 0.24.1 (a CPU build).
-# msgspec is vLLM's, imported by verl.utils.vllm_utils. The project itself is put on PYTHONPATH by the tests.
+# msgspec is vLLM's, imported by verl.utils.vllm_utils; einops is imported by verl/workers/actor/dp_actor.py (the CPU worker
+# of tests/easyr1/ runs its DataParallelPPOActor). The project itself is put on PYTHONPATH by the tests.
 EASYR1_GPU_ONLY := ^(torch|torchvision|torchaudio|vllm|xformers|triton|nvidia-[a-z0-9-]+|cupy-cuda12x|cuda-pathfinder|liger[-_]kernel|flash[-_]attn)==
 $(EASYR1_STAMP): $(TRAINER_LOCK) slurm/env.sh launch/setup.py
 	@test -f $(EASYR1_TARBALL) || { echo "error: $(EASYR1_TARBALL) not found (EasyR1 b44b311, see ../shared/vendor/README.md)" >&2; exit 1; }
@@ -61,6 +62,7 @@ $(EASYR1_STAMP): $(TRAINER_LOCK) slurm/env.sh launch/setup.py
 	  > $(EASYR1_VENV)/requirements-cpu.txt
 	bash -c 'QC_REPO=. && source slurm/env.sh && printf "%s\n" "$${QC_PROJECT_DEPS[@]}"' >> $(EASYR1_VENV)/requirements-cpu.txt
 	echo msgspec >> $(EASYR1_VENV)/requirements-cpu.txt
+	echo einops >> $(EASYR1_VENV)/requirements-cpu.txt
 	$(EASYR1_VENV)/bin/python -m pip install -q -c $(EASYR1_VENV)/constraints.txt -r $(EASYR1_VENV)/requirements-cpu.txt
 	$(EASYR1_VENV)/bin/python -m pip install -q --no-deps $(EASYR1_TARBALL)
 	touch $(EASYR1_STAMP)

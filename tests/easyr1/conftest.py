@@ -1,7 +1,9 @@
 """The `easyr1` tier: EasyR1 b44b311's own code (package `verl`) drives the recipe, the launch's overrides, the
 builder's parquet and the reward plugin. EasyR1 lives in its own venv (.venv-easyr1, `make easyr1`), so the tests
 here run driver scripts (tests/easyr1/drive_*.py) with that venv's python and assert on what they report. The
-only stand-in is the import-only `vllm` package in tests/easyr1/vllm_standin (see its ``__init__``)."""
+stand-ins: the import-only `vllm` package in tests/easyr1/vllm_standin (see its ``__init__``), and for
+``RayPPOTrainer.fit`` (test_easyr1_fit.py) the CPU worker in tests/easyr1/cpu_worker.py in ``FSDPWorker``'s place
+(its docstring lists what differs)."""
 
 from __future__ import annotations
 
