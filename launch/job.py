@@ -110,6 +110,20 @@ class Server:
         return f"http://{self.host}:{self.port or '{port}'}/v1"
 
 
+def no_proxy_env(nodes: list[str], environ) -> dict[str, str]:
+    """``NO_PROXY``/``no_proxy`` with loopback and this job's node names added to what the environment had: httpx
+    (the reward, the health waits) honours ``HTTP(S)_PROXY`` for every host not listed there, so on a cluster that
+    exports a proxy every request to a server on a node would go to the proxy and the health wait would time out.
+
+    >>> no_proxy_env(["gpu01", "gpu02"], {"NO_PROXY": "internal.example"})["NO_PROXY"]
+    'internal.example,localhost,127.0.0.1,::1,gpu01,gpu02'
+    """
+    have = [h for h in (environ.get("NO_PROXY") or environ.get("no_proxy") or "").split(",") if h.strip()]
+    hosts = have + [h for h in ("localhost", "127.0.0.1", "::1", *nodes) if h not in have]
+    value = ",".join(hosts)
+    return {"NO_PROXY": value, "no_proxy": value}
+
+
 LAUNCH_SETS: dict[str, str] = {
     "config": "QUOTECITE_RECIPE",
     "trainer.save_checkpoint_path": "QUOTECITE_RUN_DIR (checkpoints are RUN_DIR/checkpoints)",
@@ -189,6 +203,8 @@ class Job:
             raise InputError(str(e)) from None
         self.first = self.layout.nodes[0]
         self.multi = self.layout.multi_node
+        if not self.ex.dry:  # every process of the job inherits it: the servers are reached directly, never by proxy
+            os.environ.update(no_proxy_env(self.layout.nodes, os.environ))
         train_files = s.train_files or (f"{s.data_dir}/train.parquet" if s.data_dir else "")
         try:
             self.p = plan_run(self.recipe, "" if s.max_steps is None else str(s.max_steps), train_files, REPO,

@@ -4,6 +4,13 @@
 # Every command that changes something goes through qc_run / qc_start, which in dry-run mode (QC_DRY_RUN=1)
 # print the command, with its environment and GPUs, instead of running it.
 
+# The servers this script starts are reached directly, never through a cluster's HTTP(S)_PROXY (httpx, which the
+# health waits and the reward use, honours it for every host NO_PROXY does not list): loopback and this node.
+NO_PROXY="${NO_PROXY:-${no_proxy:-}}"
+NO_PROXY="${NO_PROXY:+$NO_PROXY,}localhost,127.0.0.1,::1,$(hostname -s 2>/dev/null || hostname)"
+no_proxy=$NO_PROXY
+export NO_PROXY no_proxy
+
 # qc_log MESSAGE: a timestamped line on stderr (the Slurm log) and in RUN_DIR/chain.log when known.
 qc_log() {
   local line

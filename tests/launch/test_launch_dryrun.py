@@ -306,6 +306,22 @@ def test_second_local_run_resumes_and_a_finished_run_does_nothing(tmp_path):
     assert [j.get("status") for j in man["jobs"]] == ["finished", "done"]
 
 
+def test_a_cluster_proxy_in_the_environment_does_not_stand_between_the_job_and_its_servers(tmp_path):
+    # httpx sends every request to HTTP(S)_PROXY unless NO_PROXY lists the host; a proxy that answers nothing (a
+    # closed loopback port held by this test) would make every health wait time out. The job lists loopback and its
+    # nodes in NO_PROXY for itself and every process it starts, so the run trains to the end.
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))  # bound, never listening: a proxy that refuses every connection
+        proxy = f"http://127.0.0.1:{held.getsockname()[1]}"
+        env = standin_env(tmp_path, max_steps=1, HTTP_PROXY=proxy, HTTPS_PROXY=proxy, http_proxy=proxy,
+                          https_proxy=proxy, ALL_PROXY=proxy, NO_PROXY="", no_proxy="")  # fmt: skip
+        r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert tracker_step(tmp_path / "run") == 1
+
+
 def test_a_judge_that_exits_at_start_is_named_with_its_log(tmp_path):
     run = tmp_path / "run"
     env = standin_env(tmp_path, max_steps=2, QUOTECITE_JUDGE_CMD=f"{PY} -c exit(3)")
