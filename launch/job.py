@@ -48,6 +48,7 @@ from launch.layout import LayoutError, device_ids, node_address, plan_from_env, 
 from launch.run_files import RunError
 from launch.runlog import finish, last_step, logged_step, plan_run, prepare, read_outage, record_restart
 from launch.serving import NotHealthy, server_argv, wait_healthy
+from reward.train import slurm_cpus
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "launch" / "grpo_8b.sh"
@@ -540,9 +541,11 @@ class Job:
         env = self.trainer_env()
         env.pop("RAY_ADDRESS")
         self.ex.note(f"Ray cluster: head here ({head}), a worker on each other trainer node (srun steps, watched)")
+        cpus = slurm_cpus(self.environ)  # Ray's worker pool sized by the job's CPUs, never the node's cores
+        cpu_args = ["--num-cpus", str(cpus)] if cpus else []
         argv = [*ray, "start", "--head", "--block", "--node-ip-address", head_addr, "--port", "{port}",
-                "--num-gpus", str(lay.train_gpus_per_node), "--include-dashboard=false", "--disable-usage-stats",
-                "--temp-dir", self.ray_tmp()]  # fmt: skip
+                "--num-gpus", str(lay.train_gpus_per_node), *cpu_args, "--include-dashboard=false",
+                "--disable-usage-stats", "--temp-dir", self.ray_tmp()]  # fmt: skip
         self.ray_procs = [(head, self.on_node("ray_0", head, pos, argv, self.segment_dir / f"ray-{head}.log", env,
                                               port_file=port_file, bind_host=head_addr,
                                               prefer_port=s.ray_port or 0))]  # fmt: skip
@@ -570,7 +573,7 @@ class Job:
                      "answers", head_port)  # fmt: skip
         for i, node in enumerate(lay.trainer_nodes[1:], 1):
             argv = [*ray, "start", "--address", self.ray_address, "--block", "--node-ip-address", node_address(node),
-                    "--num-gpus", str(lay.train_gpus_per_node), "--disable-usage-stats"]  # fmt: skip
+                    "--num-gpus", str(lay.train_gpus_per_node), *cpu_args, "--disable-usage-stats"]  # fmt: skip
             self.ray_procs.append((node, self.on_node(f"ray_{i}", node, pos, argv, self.segment_dir / f"ray-{node}.log",
                                                       env)))  # fmt: skip
         self.ex.wait("ray-nodes", f"wait until `{shlex.join([*ray, 'status', '--address', self.ray_address])}` lists "

@@ -13,6 +13,7 @@ attaches to it and the hook still applies to every worker of this job. Nothing e
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from collections.abc import Mapping
@@ -39,8 +40,25 @@ def with_samples_hook(runtime_env: Mapping[str, Any] | None) -> dict[str, Any]:
     return env
 
 
+def slurm_cpus(env: Mapping[str, str]) -> int | None:
+    """The CPUs Slurm gave this job on this node (``SLURM_CPUS_PER_TASK``, else ``SLURM_CPUS_ON_NODE``), None outside
+    a job. Ray sizes its worker pool by the node's cores unless told: on a shared node that is more workers than
+    the job has CPUs (and memory), the known "Failed to register worker to Raylet" hang.
+
+    >>> slurm_cpus({"SLURM_CPUS_PER_TASK": "16", "SLURM_CPUS_ON_NODE": "64"}), slurm_cpus({})
+    (16, None)
+    """
+    for var in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"):
+        raw = (env.get(var) or "").strip()
+        if raw.isdigit() and 0 < int(raw) < 100_000:
+            return int(raw)
+    return None
+
+
 def patch_ray_init() -> None:
-    """Make ``ray.init`` pass :func:`with_samples_hook` of the ``runtime_env`` it is given. Idempotent."""
+    """Make ``ray.init`` pass :func:`with_samples_hook` of the ``runtime_env`` it is given, and, when it starts a
+    Ray of its own inside a Slurm job, ``num_cpus`` of the job's CPUs (:func:`slurm_cpus`; a Ray it joins was
+    started with them by the launch). Idempotent."""
     import ray
 
     if getattr(ray.init, "adds_samples_hook", False):
@@ -49,6 +67,10 @@ def patch_ray_init() -> None:
 
     def init_with_samples_hook(*args, **kwargs):
         kwargs["runtime_env"] = with_samples_hook(kwargs.get("runtime_env"))
+        address = kwargs.get("address") or (args[0] if args else None) or os.environ.get("RAY_ADDRESS") or "local"
+        cpus = slurm_cpus(os.environ)
+        if address == "local" and cpus and "num_cpus" not in kwargs:
+            kwargs["num_cpus"] = cpus
         return init(*args, **kwargs)
 
     init_with_samples_hook.adds_samples_hook = True

@@ -505,6 +505,8 @@ def test_dry_run_3x1_ray_head_worker_servers_on_the_third_node(tmp_path):
     w = program(worker)
     assert w[:4] == ["ray", "start", "--address", f"{node_address('gpu01')}:{{port}}"]
     assert "--block" in w and w[w.index("--num-gpus") + 1] == "1" and wrapper_flag(worker, "--gpus") == "0"
+    # Ray's worker pool is the job's CPUs on each node, never the node's cores (the "register worker" hang)
+    assert h[h.index("--num-cpus") + 1] == w[w.index("--num-cpus") + 1] == "16"
     # the Ray nodes carry the trainer's environment, so a reward actor on any node sees the servers and the run folder
     trainer = step(st, "trainer")
     for k in ("QUOTECITE_JUDGE_URL", "QUOTECITE_EMBED_URL", "QUOTECITE_METRICS_DIR", "QUOTECITE_SEGMENT", "WANDB_MODE",

@@ -69,3 +69,19 @@ def test_the_hook_changes_nothing_where_easyr1_is_absent(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "verl", None)  # `import verl...` raises ImportError
     assert install_wandb_samples() is False  # a worker without EasyR1 starts as before
+
+
+def test_a_ray_started_inside_a_slurm_job_gets_the_jobs_cpus_and_one_it_joins_does_not(fake_easyr1, monkeypatch):
+    import ray
+
+    train.patch_ray_init()
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "12")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ray.init(runtime_env=None)
+    assert fake_easyr1[-1]["num_cpus"] == 12  # a local Ray of this job: sized by the job, not the node
+    monkeypatch.setenv("RAY_ADDRESS", "gpu01:6379")
+    ray.init(runtime_env=None)
+    assert "num_cpus" not in fake_easyr1[-1]  # joining the launch's cluster (started with --num-cpus): no resources
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    ray.init(runtime_env=None, num_cpus=3)
+    assert fake_easyr1[-1]["num_cpus"] == 3  # the caller's own value wins
