@@ -4,6 +4,7 @@
 #SBATCH --ntasks=1
 #SBATCH --gpus-per-node=3
 #SBATCH --cpus-per-task=32
+#SBATCH --mem=141G
 #SBATCH --time=06:00:00
 #SBATCH --open-mode=append
 #SBATCH --requeue

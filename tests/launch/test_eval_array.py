@@ -261,7 +261,10 @@ def test_array_run_on_slurm_merges_to_the_non_array_runs_predictions_and_scores(
     out = tmp_path / "arr"
     name = f"qc-evalarr-{uuid.uuid4().hex[:8]}"
     env = eval_env(
-        evalset, out, QUOTECITE_EVAL_SHARDS="3", QUOTECITE_EVAL_SBATCH_ARGS=f"{SBATCH_ARGS} --job-name={name}"
+        evalset,
+        out,
+        QUOTECITE_EVAL_SHARDS="3",
+        QUOTECITE_EVAL_SBATCH_ARGS=f"{SBATCH_ARGS} --mem=500M --job-name={name}",
     )
     try:
         r = subprocess.run(["bash", SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)

@@ -82,3 +82,11 @@ def test_the_training_script_finds_the_repository_from_a_spool_copy(tmp_path):
     lost = subprocess.run(["bash", str(spool), "--help"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert lost.returncode == 1 and "cannot find the repository" in lost.stderr
+
+
+def test_every_gpu_job_script_asks_slurm_for_its_host_memory():
+    # Without --mem a job gets the partition's default (often a few GB per CPU, or the whole node): the eval job
+    # runs two vLLM engines and both servers, the training job the trainer and both servers.
+    for script in ("launch/grpo_8b.sh", "launch/eval_8b.sh"):
+        header = [ln for ln in (REPO / script).read_text().splitlines() if ln.startswith("#SBATCH")]
+        assert any(ln.startswith("#SBATCH --mem=") for ln in header), script
