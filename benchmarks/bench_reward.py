@@ -13,8 +13,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,12 +26,16 @@ from reportlab.pdfgen import canvas
 
 from benchmarks.report import print_table
 from data_prep.cache import build_cache
+from data_prep.crops import CropCache, crop_pngs, shared_crop_cache
 from data_prep.encoders import get_encoder
-from data_prep.groundtruth import GroundTruth, pack_ground_truth
+from data_prep.groundtruth import GroundTruth, pack_ground_truth, unpack_ground_truth
 from data_prep.parsers import get_parser
 from reward.config import RewardConfig
+from reward.judge import JudgeRequest
+from reward.judge_http import HttpJudge
 from reward.pipeline import RewardScorer
-from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
+from reward.resolve import Citation
+from tests.support.openai_server import ScriptedOpenAIServer
 
 PAGES, PER_PAGE = 20, 20
 QUESTIONS, GROUP = 32, 5
@@ -91,14 +98,6 @@ def batch_inputs(cached, sentences, windows: bool = False) -> list[dict]:
     return out
 
 
-def _judge_server():
-    return ScriptedOpenAIServer(
-        handler=lambda path, body, n: Reply(
-            json=chat_completion('{"answer": 4, "relevance": 3, "coverage": 3}'), delay=JUDGE_DELAY_S
-        )
-    )
-
-
 def test_per_response_cost_without_the_judge(doc400):
     cached, sentences, encoder = doc400
     inputs = batch_inputs(cached, sentences)
@@ -140,31 +139,125 @@ def test_per_response_cost_without_the_judge(doc400):
     assert len(cached.blocks) >= 380 and scorer.last.format_ok == n
 
 
-def test_batch_of_160_against_a_0_2s_judge_concurrent_vs_serial(doc400):
-    cached, sentences, encoder = doc400
+JUDGE_SERVER = """
+import sys
+from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
+judge_s, embed_s = float(sys.argv[1]), float(sys.argv[2])
+content = '{"answer": 4, "relevance": 3, "coverage": 3}'
+def handler(path, body, n):
+    if path.endswith("/chat/completions"):
+        return Reply(json=chat_completion(content), delay=judge_s)
+    if path.endswith("/embeddings") and embed_s:
+        reply = srv.default_reply(path, body)
+        reply.delay = embed_s
+        return reply
+    return None
+srv = ScriptedOpenAIServer(handler=handler, embed_dim=8)
+srv.serve_until_signal("{url}")
+"""
+EMBED_DELAY_S = 0.02
+"""Seconds the scripted embedding server takes per quote (a GPU embedder's answer to one short text)."""
+
+
+@contextlib.contextmanager
+def judge_process(delay_s: float, embed_delay_s: float = 0.0):
+    """A scripted judge answering every chat request after ``delay_s`` (and embedding requests, 8-d, after
+    ``embed_delay_s``), in a process of its own (as the real servers are: their JSON parsing does not take the
+    client's CPU or GIL); yields its ``/v1`` URL."""
+    proc = subprocess.Popen([sys.executable, "-c", JUDGE_SERVER, str(delay_s), str(embed_delay_s)],
+                            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://"), f"judge server did not start: {url!r}"
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def judge_requests(cached, inputs: list[dict], max_crops: int = 6, dpi: float = 150.0) -> list[JudgeRequest]:
+    """The judge requests of ``inputs`` made ready beforehand (verbatim quotes: each cites the block of that text),
+    as the reward sends them: the judge-only floor's batch."""
+    by_text = {b.text.strip(): i for i, b in enumerate(cached.blocks)}
+    out = []
+    with cached.open_pdf() as doc:
+        for inp in inputs:
+            gt = unpack_ground_truth(inp["ground_truth"])
+            resp = json.loads(inp["response"])
+            cites = [Citation(cached.blocks[j].page, cached.blocks[j].bbox, j, 1.0, q)
+                     for q in resp["quotes"] for j in [by_text[q]]]  # fmt: skip
+            crops = crop_pngs(cached, cites, max_crops, dpi, doc=doc, cache=CropCache())
+            texts = tuple(cached.blocks[c.block_id].text for c in cites[:max_crops])
+            out.append(JudgeRequest(gt.question, gt.answer, resp["answer"], crops, texts))
+    return out
+
+
+@pytest.fixture(scope="module")
+def doc400_http(doc400, tmp_path_factory):
+    """The 400-block document cached by an embedding server (the cluster's set-up: quotes are embedded by it too,
+    ``embed_url``); yields ``(cached, sentences, url)`` with the server answering each text in
+    :data:`EMBED_DELAY_S` and each judge request in :data:`JUDGE_DELAY_S`."""
+    from data_prep.encoders import get_encoder
+
+    cached, sentences, _ = doc400
+    with judge_process(JUDGE_DELAY_S, EMBED_DELAY_S) as url:
+        enc = get_encoder("qwen3-vl-embedding", transport="http", url=url, dim=8, block_content="text")
+        http_cached = build_cache(cached.pdf_path, get_parser("pdftext"), enc, tmp_path_factory.mktemp("http-cache"))
+        yield http_cached, sentences, url
+
+
+@pytest.mark.parametrize("embedder", ["minilm", "http"])
+def test_batch_of_160_against_the_judge_only_floor(embedder, request):
+    """The whole reward on a 160-response batch against the same 160 judge requests sent ready-made (the judge-only
+    floor), at 8 and 32 in flight, with a judge answering in 0.2 s from a process of its own; the quotes embedded
+    by MiniLM on this CPU, or by an embedding server (the cluster's set-up) answering each in 20 ms."""
+    if embedder == "minilm":
+        cached, sentences, encoder = request.getfixturevalue("doc400")
+        encoder.embed_texts(["warm-up"])
+        server = judge_process(JUDGE_DELAY_S)
+    else:
+        cached, sentences, url = request.getfixturevalue("doc400_http")
+        server = contextlib.nullcontext(url)
     inputs = batch_inputs(cached, sentences)
-    encoder.embed_texts(["warm-up"])
-    results = {}
-    with _judge_server() as srv:
-        for label, concurrency in (("concurrent (32)", 32), ("serial (1)", 1)):
-            config = RewardConfig(cache_dir=str(cached.path.parent), judge_url=srv.url, concurrency=concurrency)
+    n = len(inputs)
+    requests = judge_requests(cached, inputs)
+    rows, record = [], []
+    with server as url:
+        for concurrency in (8, 32):
+            judge = HttpJudge(url, "judge-model", concurrency=concurrency, outage_s=None)
+            judge.score_batch(requests[:GROUP])  # warm
+            t0, c0 = time.perf_counter(), time.process_time()
+            judge.score_batch(requests)
+            judge_only, judge_cpu = time.perf_counter() - t0, time.process_time() - c0
+            assert judge.stats.ok == n, judge.stats.to_dict()
+            config = RewardConfig(cache_dir=str(cached.path.parent), judge_url=url, concurrency=concurrency,
+                                  embed_url=url if embedder == "http" else None)  # fmt: skip
             scorer = RewardScorer(config)
-            scorer.score(inputs[:GROUP])  # warm
-            t0 = time.perf_counter()
+            scorer.score(inputs[:GROUP])  # warm: document loaded, encoder created
+            shared_crop_cache().clear()  # every crop of the batch rendered in the batch
+            t0, c0 = time.perf_counter(), time.process_time()
             out = scorer.score(inputs)
-            results[label] = (time.perf_counter() - t0, scorer.last.seconds["judge"], out)
-    serial, serial_judge = results["serial (1)"][:2]
-    rows = [
-        [label, f"{wall:.2f}", f"{serial / wall:.1f}x", f"{judge:.2f}", f"{serial_judge / judge:.1f}x"]
-        for label, (wall, judge, _) in results.items()
-    ]
+            batch, batch_cpu = time.perf_counter() - t0, time.process_time() - c0
+            assert all(b.unscorable == 0 for b, _ in out)
+            ideal = n * JUDGE_DELAY_S / concurrency
+            crops = getattr(scorer, "crop_stats", None)
+            hit = f"{crops.hit_rate:.0%}" if crops is not None else "-"
+            rows.append([concurrency, f"{ideal:.2f}", f"{judge_only:.2f}", f"{batch:.2f}",
+                         f"{batch / judge_only:.2f}x", f"{batch / ideal:.2f}x",
+                         f"{1000 * judge_cpu / n:.1f}", f"{1000 * batch_cpu / n:.1f}", hit])  # fmt: skip
+            record.append({"concurrency": concurrency, "ideal_s": ideal, "judge_only_s": judge_only, "batch_s": batch,
+                           "seconds": dict(scorer.last.seconds)})  # fmt: skip
     print_table(
-        f"{len(inputs)} responses ({QUESTIONS} x {GROUP}) against a judge answering in {JUDGE_DELAY_S} s",
-        ["judge requests", "batch s", "batch speed-up", "judge phase s", "judge speed-up"],
+        f"{n} responses ({QUESTIONS} x {GROUP}, {QUOTES_PER_RESPONSE} quotes each, quotes embedded by "
+        f"{'MiniLM on this CPU' if embedder == 'minilm' else f'a server, {EMBED_DELAY_S} s a quote'}) against the "
+        f"judge-only floor (the same {n} requests made beforehand), judge answering in {JUDGE_DELAY_S} s in its own "
+        "process",
+        ["in flight", "ideal s", "judge-only s", "batch s", "batch/judge-only", "batch/ideal",
+         "judge-only CPU ms/resp", "batch CPU ms/resp", "crop cache hits"],
         rows,
-    )
-    print(f"(serial judge floor: {len(inputs)} x {JUDGE_DELAY_S} s = {len(inputs) * JUDGE_DELAY_S:.0f} s)")
-    assert all(b.unscorable == 0 for b, _ in results["concurrent (32)"][2])
+    )  # fmt: skip
+    print(f"(ideal: {n} x {JUDGE_DELAY_S} s / in flight; phases of the last batch: "
+          f"{ {k: round(v, 2) for k, v in record[-1]['seconds'].items()} })")  # fmt: skip
 
 
 def test_whole_document_vs_window_candidates(doc400):
@@ -200,3 +293,47 @@ def test_whole_document_vs_window_candidates(doc400):
         rows,
     )
     print("(the resolve phase only: quote embedding, crops and the judge cost the same either way)")
+
+
+def group_inputs(cached, sentences, group: int, pool: int = 5) -> list[dict]:
+    """32 questions x ``group`` responses where a question's responses quote 3 of the same ``pool`` blocks (the
+    evidence of its answer), as a GRPO group's responses mostly do."""
+    rng = random.Random(13)
+    out = []
+    for q in range(QUESTIONS):
+        gt = pack_ground_truth(GroundTruth(f"q{q}", cached.key, f"What did entry {q} reach?", "a number", None))
+        evidence = sentences[q * 12 : q * 12 + pool]
+        for r in range(group):
+            resp = json.dumps({"answer": f"answer {q}-{r}", "quotes": rng.sample(evidence, QUOTES_PER_RESPONSE)})
+            out.append({"response": resp, "response_length": len(resp), "ground_truth": gt})
+    return out
+
+
+def test_crop_cache_hit_rate_at_the_recipe_group_size(doc400):
+    """Crops rendered once per distinct block: the cache's hit rate in a batch with the recipe's group size, when a
+    group quotes the same few blocks and when every quote is a block drawn at random from all 400 (no sharing but
+    by chance), and what the crop phase then costs per response."""
+    import yaml
+
+    cached, sentences, encoder = doc400
+    recipe = yaml.safe_load((Path(__file__).resolve().parents[1] / "recipes" / "qwen3vl_8b_grpo.yaml").read_text())
+    group = int(recipe["worker"]["rollout"]["n"])
+    encoder.embed_texts(["warm-up"])
+    rows = []
+    with ScriptedOpenAIServer() as srv:  # answers at once
+        config = RewardConfig(cache_dir=str(cached.path.parent), judge_url=srv.url, judge="http")
+        scorer = RewardScorer(config)
+        for label, inputs in (("group quotes 3 of 5 shared blocks", group_inputs(cached, sentences, group)),
+                              ("random blocks of the 400", batch_inputs(cached, sentences))):  # fmt: skip
+            scorer.score(inputs[:group])  # warm
+            shared_crop_cache().clear()
+            scorer.score(inputs)
+            st, n = scorer.crop_stats, len(inputs)
+            rows.append([label, n, st.hits + st.misses, st.misses, f"{st.hit_rate:.0%}",
+                         f"{1000 * scorer.last.seconds['crop'] / n:.2f}"])  # fmt: skip
+    print_table(
+        f"crop cache, {QUESTIONS} questions x {group} responses (the recipe's rollout n), {QUOTES_PER_RESPONSE} "
+        "quotes each, cache cleared before the batch",
+        ["batch", "responses", "crops shown", "rendered", "hit rate", "crop ms/response"],
+        rows,
+    )

@@ -32,6 +32,7 @@ import httpx
 import pytest
 
 from benchmarks.report import print_table
+from data_prep.crops import encode_png
 from reward.judge import JudgeRequest, JudgeSettings
 from reward.judge_http import HttpJudge
 from tests.vllm.conftest import JUDGE_MODEL, REPO, VLLM_PY, VLLM_READY, VLLMServer
@@ -46,6 +47,9 @@ MAX_CROP_PIXELS = 400_000
 METRICS = ("e2e_request_latency_seconds", "request_queue_time_seconds", "request_prefill_time_seconds",
            "request_decode_time_seconds")  # fmt: skip
 COUNTERS = ("mm_cache_hits", "mm_cache_queries", "prompt_tokens", "generation_tokens")
+HIT_RATES = (0.42, 0.67)
+"""Crop cache hit rates ``benchmarks/bench_reward.py`` measures on a 32 x 5 batch (the recipe's group size): every
+quote a random block of 400, and a group quoting 3 of the same 5 blocks; a hit neither renders nor encodes."""
 
 
 def _out_dir() -> Path:
@@ -75,11 +79,12 @@ def _blocks(sample_pdf: Path) -> list[tuple[Path, object]]:
 
 def _prepare(blocks, n_requests: int, start: int) -> tuple[list[JudgeRequest], dict[str, float]]:
     """``n_requests`` requests of six crops each (blocks taken in turn from ``start``), and the client CPU seconds
-    spent rendering the crops, encoding them as PNG and as base64 (what the request body carries). The k-th pass
+    spent rendering the crops, encoding them as PNG (as the reward does, :func:`data_prep.crops.encode_png`, and
+    beside it as Pillow's default level did before) and as base64 (what the request body carries). The k-th pass
     over the blocks renders them at ``DPI - k``: another image, never one vLLM's multimodal cache already holds."""
     from data_prep.document import Document
 
-    cpu = {"render": 0.0, "png": 0.0, "base64": 0.0}
+    cpu = {"render": 0.0, "png_before": 0.0, "png": 0.0, "base64": 0.0, "bytes_before": 0, "bytes": 0}
     docs: dict[Path, Document] = {}
     requests = []
     try:
@@ -95,14 +100,18 @@ def _prepare(blocks, n_requests: int, start: int) -> tuple[list[JudgeRequest], d
                 img = doc.crop(b.page, b.bbox, dpi=DPI - j // len(blocks))
                 t1 = time.process_time()
                 buf = io.BytesIO()
-                img.save(buf, format="PNG", optimize=False)  # as data_prep.crops.crop_pngs does
-                png = buf.getvalue()
+                img.save(buf, format="PNG", optimize=False)  # the encoding before data_prep.crops.PNG_OPTIONS
                 t2 = time.process_time()
-                base64.b64encode(png).decode("ascii")  # as the request body carries it
+                png = encode_png(img)  # as data_prep.crops.crop_pngs does
                 t3 = time.process_time()
+                base64.b64encode(png).decode("ascii")  # as the request body carries it
+                t4 = time.process_time()
                 cpu["render"] += t1 - t
-                cpu["png"] += t2 - t1
-                cpu["base64"] += t3 - t2
+                cpu["png_before"] += t2 - t1
+                cpu["png"] += t3 - t2
+                cpu["base64"] += t4 - t3
+                cpu["bytes_before"] += buf.tell()
+                cpu["bytes"] += len(png)
                 pngs.append(png)
             q = f"What does block {i} of the batch say about the table structure?"
             requests.append(JudgeRequest(q, "the gold answer", f"answer number {start + i}", tuple(pngs)))
@@ -176,8 +185,11 @@ def test_judge_client_against_vllm(judge_server, tmp_path):
             "requests_per_s": round(n / wall, 3),
             "client_cpu_ms_per_request": {
                 "render": round(1000 * prep_cpu["render"] / n, 2), "png": round(1000 * prep_cpu["png"] / n, 2),
+                "png_before": round(1000 * prep_cpu["png_before"] / n, 2),
                 "base64": round(1000 * prep_cpu["base64"] / n, 2), "score_batch": round(1000 * cpu / n, 2),
             },
+            "png_kib_per_request": round(prep_cpu["bytes"] / n / 1024, 1),
+            "png_kib_per_request_before": round(prep_cpu["bytes_before"] / n / 1024, 1),
             "server_ms_per_request": {name.removeprefix("request_").removesuffix("_seconds").removesuffix(
                 "_time"): _server_ms(before, after, name) for name in METRICS},
             "wall_minus_client_cpu_ms_per_request": round(1000 * (wall - cpu) / n, 1),
@@ -201,13 +213,32 @@ def test_judge_client_against_vllm(judge_server, tmp_path):
     )  # fmt: skip
     one = rows[0]
     c = one["client_cpu_ms_per_request"]
-    prep = c["render"] + c["png"] + c["base64"]
     server = one["server_ms_per_request"]["e2e_request_latency"]
+    table = []
+    for label, png, hit in (
+        ("before: PNG level 6, no crop cache", c["png_before"], 0.0),
+        ("PNG level 1, every crop new", c["png"], 0.0),
+        *((f"PNG level 1, crop cache hit rate {h:.0%}", c["png"], h) for h in HIT_RATES),
+    ):
+        prep = (1 - hit) * (c["render"] + png) + c["base64"]
+        table.append(
+            [
+                label,
+                f"{(1 - hit) * c['render']:.2f} ms",
+                f"{(1 - hit) * png:.2f} ms",
+                f"{c['base64']:.2f} ms",
+                f"{c['score_batch']:.2f} ms",
+                f"{prep + c['score_batch']:.2f} ms",
+                f"{_ms(server)} ms",
+                f"{(prep + c['score_batch']) / server:.1%}" if server else "-",
+            ]
+        )
     print_table(
-        "client CPU per request before the call (six crops) vs the server's time per request at concurrency 1",
-        ["render crops", "PNG encode", "base64", "client total", "score_batch CPU", "server e2e", "client / server"],
-        [[f"{c['render']:.2f} ms", f"{c['png']:.2f} ms", f"{c['base64']:.2f} ms", f"{prep:.2f} ms",
-          f"{c['score_batch']:.2f} ms", f"{_ms(server)} ms", f"{(prep + c['score_batch']) / server:.1%}" if server else "-"]],
+        "client CPU per request (six crops) vs the server's time per request at concurrency 1 "
+        f"(PNG {one['png_kib_per_request_before']:.0f} KiB a request before, {one['png_kib_per_request']:.0f} KiB now)",
+        ["client", "render crops", "PNG encode", "base64", "score_batch CPU", "client total", "server e2e",
+         "client / server"],
+        table,
     )  # fmt: skip
     out = _out_dir() / "vllm_judge.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -4,11 +4,14 @@ Per batch (one GRPO step's rollout_batch x n responses):
 
 1. unpack each ground truth (:mod:`data_prep.groundtruth`) and parse each response (:mod:`reward.response`);
 2. load each document's cache once (kept between calls, least recently used dropped);
-3. embed every distinct quote of the batch in one encoder call per encoder, then resolve each response's quotes
-   to blocks of the whole document, as the paper does (its page window only placed the rendered pages;
-   ``candidates: window`` restricts them to the window) (:mod:`reward.resolve`);
-4. crop the cited blocks (first ``max_crops`` distinct ones) from each PDF, opened once per batch;
-5. judge every parseable response in one concurrent batch (:mod:`reward.judge`);
+3. embed the distinct quotes (one encoder call per encoder and wave of responses, each quote once a batch), then
+   resolve each response's quotes to blocks of the whole document, as the paper does (its page window only placed
+   the rendered pages; ``candidates: window`` restricts them to the window) (:mod:`reward.resolve`);
+4. crop the cited blocks (first ``max_crops`` distinct ones): each crop rendered once per process
+   (:func:`data_prep.crops.crop_pngs`), a PDF opened once per batch;
+5. judge every parseable response in one concurrent batch (:mod:`reward.judge`), each request sent as soon as its
+   response has its crops, while the next wave is embedded (:class:`_JudgeStream`; the counters and the failure
+   policy are those of one batch);
 6. turn scores into rewards (:mod:`reward.scoring`).
 
 That is a reward form that ``needs`` the ``judge`` (:data:`reward.scoring.REWARD_FORMS`). A form that needs
@@ -69,7 +72,7 @@ import numpy as np
 from core.errors import InputError
 from core.geometry import BBox
 from data_prep.cache import CachedDoc, DocCache
-from data_prep.crops import crop_pngs
+from data_prep.crops import CropStats, crop_pngs
 from data_prep.encoders import MemoEncoder
 from data_prep.encoders.qwen3vl import EmbeddingServerError
 from data_prep.groundtruth import GroundTruth, unpack_ground_truth
@@ -375,6 +378,9 @@ class RewardScorer:
         self.sampler = make_sampler(config) if judged else None
         # --- end samples ---
         self._outage_started: float | None = None
+        self.crop_stats = CropStats()
+        """Crop cache hits and misses of the last batch (the crops themselves are kept per process:
+        :func:`data_prep.crops.shared_crop_cache`)."""
         self.last = BatchStats()
         """Stats of the last batch."""
         self.total = BatchStats()
@@ -494,14 +500,83 @@ class RewardScorer:
         return [(b, []) for b in rows]
 
     def _score_judged(self, items: list[_Item], stats: BatchStats) -> list[tuple[RewardBreakdown, list[Citation]]]:
-        """A formula over the judge's scores: resolve the quotes, crop the cited blocks, judge."""
+        """A formula over the judge's scores: resolve the quotes, crop the cited blocks, judge.
+
+        A pipeline: the parseable responses go through in waves (:data:`WAVES`); each wave's quotes are embedded,
+        resolved and cropped, and each of its judge requests leaves as it is made (:class:`_JudgeStream`), so the
+        next wave is embedded while the judge answers the ones before. The requests, their order, the judge's
+        counters and every reward are those of one batch judged at the end."""
         cfg = self.config
         live = [it for it in items if it.parsed.ok]
-        encoders = self._embed_quotes(live, stats) if resolver_uses_encoder(cfg.resolver) else {}
-        uses_context = resolver_uses_context(cfg.resolver)
+        uses_encoder = resolver_uses_encoder(cfg.resolver)
+        self.crop_stats = CropStats()
+        facades: dict[str, tuple[MemoEncoder, set[str]]] = {}
+        judged: list[_Item] = []
+        stream = _JudgeStream(self.judge)
+        docs = _OpenDocs()
+        t_judge = None
+        try:
+            for wave in _waves(live):
+                encoders = self._embed_quotes(wave, stats, facades) if uses_encoder else {}
+                self._resolve(wave, encoders, stats)
+                t0 = time.perf_counter()
+                if self.needs_crops:
+                    self._crop(wave, docs)
+                stats.seconds["crop"] += time.perf_counter() - t0
+                for it in wave:
+                    if it.failed:
+                        continue
+                    judged.append(it)
+                    t_judge = t_judge or time.perf_counter()
+                    stream.submit(
+                        JudgeRequest(
+                            question=it.gt.question,
+                            gold_answer=it.gt.answer,
+                            answer=it.parsed.answer,
+                            crops=it.crops,
+                            evidence_texts=tuple(it.cached.blocks[c.block_id].text for c in it.shown),
+                        )
+                    )
+            docs.close()
+            t_judge = t_judge or time.perf_counter()
+            try:
+                scores = stream.finish()
+                stats.judge = getattr(self.judge, "stats", JudgeStats())
+                if judged:
+                    self._check_judge_setup(stats.judge)
+            except (InputError, ServerOutageError):
+                raise
+            except Exception as e:  # a judge client failing in an unforeseen way: this batch is unscorable
+                log.warning("judge batch failed: %s", e)
+                scores = [None] * len(judged)
+                stats.judge = JudgeStats(requests=len(judged), failures=Counter({"error": len(judged)}))
+        finally:
+            stream.close()
+            docs.close()
+        for it, s in zip(judged, scores, strict=True):
+            shown = bool(it.crops) if self.needs_crops else bool(it.shown)
+            if s is None:
+                it.failed = "judge"
+            elif not shown:
+                # the judge saw no evidence: none can be relevant (its reply is kept for the samples)
+                it.scores = dataclasses.replace(s, relevance=0, coverage=0, crop_relevance=None)
+            else:
+                it.scores = s
+        judge_s = time.perf_counter() - t_judge
+        stats.seconds["judge"] += judge_s
 
+        out, groups = self._rewards(items, judge_s, stats)
+        self.last_batch = self.tracker.add_call(groups, [b for b, _ in out], stats) if self.tracker else None
+        if self.sampler is not None:  # --- samples (reward/samples.py) ---
+            self.sampler.add_call(items, out, self.last_batch, tracked=self.tracker is not None)
+        return out
+
+    def _resolve(self, wave: list[_Item], encoders: dict[str, MemoEncoder], stats: BatchStats) -> None:
+        """Each response's quotes to blocks, and the blocks it shows (the first ``max_crops`` distinct ones)."""
+        cfg = self.config
+        uses_context = resolver_uses_context(cfg.resolver)
         t0 = time.perf_counter()
-        for it in live:
+        for it in wave:
             if it.failed:
                 continue
             try:
@@ -525,63 +600,24 @@ class RewardScorer:
                     it.shown.append(c)
         stats.seconds["resolve"] += time.perf_counter() - t0
 
-        t0 = time.perf_counter()
-        if self.needs_crops:
-            self._crop(live)
-        stats.seconds["crop"] += time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        judged = [it for it in live if not it.failed]
-        requests = [
-            JudgeRequest(
-                question=it.gt.question,
-                gold_answer=it.gt.answer,
-                answer=it.parsed.answer,
-                crops=it.crops,
-                evidence_texts=tuple(it.cached.blocks[c.block_id].text for c in it.shown),
-            )
-            for it in judged
-        ]
-        try:
-            scores = self.judge.score_batch(requests) if requests else []
-            stats.judge = getattr(self.judge, "stats", JudgeStats())
-            if requests:
-                self._check_judge_setup(stats.judge)
-        except (InputError, ServerOutageError):
-            raise
-        except Exception as e:  # a judge client failing in an unforeseen way: this batch is unscorable
-            log.warning("judge batch failed: %s", e)
-            scores = [None] * len(requests)
-            stats.judge = JudgeStats(requests=len(requests), failures=Counter({"error": len(requests)}))
-        for it, s in zip(judged, scores, strict=True):
-            shown = bool(it.crops) if self.needs_crops else bool(it.shown)
-            if s is None:
-                it.failed = "judge"
-            elif not shown:
-                # the judge saw no evidence: none can be relevant (its reply is kept for the samples)
-                it.scores = dataclasses.replace(s, relevance=0, coverage=0, crop_relevance=None)
-            else:
-                it.scores = s
-        judge_s = time.perf_counter() - t0
-        stats.seconds["judge"] += judge_s
-
-        out, groups = self._rewards(items, judge_s, stats)
-        self.last_batch = self.tracker.add_call(groups, [b for b, _ in out], stats) if self.tracker else None
-        if self.sampler is not None:  # --- samples (reward/samples.py) ---
-            self.sampler.add_call(items, out, self.last_batch, tracked=self.tracker is not None)
-        return out
-
     def _check_judge_setup(self, js: JudgeStats) -> None:
         self._judge_answered = check_judge_setup(
             js, self.judge, self._judge_answered, hint="judge_url, judge_model and judge_extra_body"
         )
 
-    def _embed_quotes(self, live: list[_Item], stats: BatchStats) -> dict[str, MemoEncoder]:
-        """One encoder call per encoder for every distinct quote of the batch; doc key -> facade."""
+    def _embed_quotes(
+        self, live: list[_Item], stats: BatchStats, facades: dict[str, tuple[MemoEncoder, set[str]]] | None = None
+    ) -> dict[str, MemoEncoder]:
+        """One encoder call per encoder for the distinct quotes of ``live`` not yet in ``facades`` (encoder name ->
+        the batch's quote vectors so far and their texts; updated); doc key -> facade. A failed call leaves the
+        responses of ``live`` that use that encoder unscorable (``embed``)."""
         t0 = time.perf_counter()
+        facades = {} if facades is None else facades
         by_encoder: dict[str, list[_Item]] = defaultdict(list)
         encoders = {}
         for it in live:
+            if it.failed:
+                continue
             while True:
                 try:
                     enc = self.encoder_for(it.cached)
@@ -604,7 +640,11 @@ class RewardScorer:
             texts = list(dict.fromkeys(q for it in its for q in it.parsed.quotes))
             if resolver_uses_context(self.config.resolver):
                 texts = list(dict.fromkeys([*texts, *(_context(it) for it in its)]))
-            vecs = None
+            if name not in facades:  # the batch's quotes, each embedded once
+                facades[name] = (MemoEncoder(encoders[name], max_items=None), set())
+            facade, known = facades[name]
+            texts = [t for t in texts if t not in known]
+            vecs = None if texts else np.zeros((0, facade.dim), dtype=np.float32)
             while vecs is None:
                 try:
                     vecs = np.asarray(encoders[name].embed_texts(texts), dtype=np.float32)
@@ -619,8 +659,8 @@ class RewardScorer:
                 for it in its:
                     it.failed = "embed"
                 continue
-            facade = MemoEncoder(encoders[name], max_items=None)  # the batch's quotes, embedded in one call
             facade.remember(texts, vecs)
+            known.update(texts)
             for it in its:
                 out[it.cached.key] = facade
         stats.seconds["embed"] += time.perf_counter() - t0
@@ -649,24 +689,21 @@ class RewardScorer:
         stats.embed_outages += 1
         return True
 
-    def _crop(self, live: list[_Item]) -> None:
-        open_docs = {}
-        try:
-            for it in live:
-                if it.failed or not it.shown:
-                    continue
-                key = it.cached.key
-                if key not in open_docs:
-                    open_docs[key] = it.cached.open_pdf()  # a moved or changed PDF is misconfiguration: raises
-                try:
-                    it.crops = crop_pngs(it.cached, it.shown, self.config.max_crops, self.config.crop_dpi,
-                                         doc=open_docs[key])  # fmt: skip
-                except CROP_ERRORS as e:  # pdfium or PIL failing on this page or box; a bug raises
-                    log.warning("cropping the citations of %s failed: %s", it.gt.qid, e)
-                    it.failed = "crop"
-        finally:
-            for doc in open_docs.values():
-                doc.close()
+    def _crop(self, live: list[_Item], docs: _OpenDocs) -> None:
+        """Each response's crops, from the process's crop cache (:func:`data_prep.crops.crop_pngs`): a crop is
+        rendered once per (document, page, box, dpi); its PDF is opened once per batch, at its first crop not
+        cached (a moved or changed PDF then raises: misconfiguration)."""
+        for it in live:
+            if it.failed or not it.shown:
+                continue
+            try:
+                it.crops = crop_pngs(it.cached, it.shown, self.config.max_crops, self.config.crop_dpi,
+                                     doc=docs.opener(it.cached), stats=self.crop_stats)  # fmt: skip
+            except _OpenFailed as e:
+                raise e.error from None
+            except CROP_ERRORS as e:  # pdfium or PIL failing on this page or box; a bug raises
+                log.warning("cropping the citations of %s failed: %s", it.gt.qid, e)
+                it.failed = "crop"
 
     def _evidence(self, it: _Item, stats: BatchStats) -> CitedEvidence:
         """Citations, repeats and judge-relevant crops of one judged response (the ``precision`` form)."""
@@ -752,6 +789,199 @@ class RewardScorer:
                 )
             )
         return out, groups
+
+
+# --------------------------------------------------------------------------------------------- the batch's pipeline
+WAVES: tuple[int, ...] = (8, 32)
+"""Parseable responses per wave of the judged pipeline: the first wave small (the first judge requests leave
+early), then 32 a wave (the last size repeats; the judge's default requests in flight): a quote-embedding call of
+some hundred texts, where the encoder's fixed cost per call (and a CPU torch's thread start-up) stays small."""
+
+
+def _waves(items: list, sizes: tuple[int, ...] = WAVES):
+    """``items`` in consecutive slices of ``sizes`` (the last size repeating).
+
+    >>> [len(w) for w in _waves(list(range(80)))]
+    [8, 32, 32, 8]
+    """
+    i = k = 0
+    while i < len(items):
+        n = sizes[min(k, len(sizes) - 1)]
+        yield items[i : i + n]
+        i += n
+        k += 1
+
+
+class _OpenFailed(Exception):
+    """Opening a document's PDF for its crops failed (misconfiguration: raised as the error it carries)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _OpenDocs:
+    """The batch's open PDFs, each opened at its first crop not cached and closed at the end of the batch."""
+
+    def __init__(self) -> None:
+        self.docs: dict[str, object] = {}
+
+    def opener(self, cached: CachedDoc):
+        def open_doc():
+            doc = self.docs.get(cached.key)
+            if doc is None:
+                try:
+                    doc = self.docs[cached.key] = cached.open_pdf()
+                except Exception as e:  # a moved or changed PDF: misconfiguration, never a failed crop
+                    raise _OpenFailed(e) from e
+            return doc
+
+        return open_doc
+
+    def close(self) -> None:
+        docs, self.docs = self.docs, {}
+        for doc in docs.values():
+            doc.close()
+
+
+_END = object()
+
+
+class _JudgeStream:
+    """One batch of judge requests, sent as they are made.
+
+    With the HTTP judge (:class:`reward.judge_http.HttpJudge`) each request leaves on :meth:`submit`, from an event
+    loop in a thread of its own, while the caller makes the next ones; :meth:`finish` returns the scores in
+    submission order. It is :meth:`HttpJudge.ascore_batch <reward.judge_http.HttpJudge.ascore_batch>` with its
+    requests arriving over time: the same de-duplication (an identical request is sent once), the same limit of
+    requests in flight, retries and per-request deadlines (the judge's own calls), the same outage rule over the
+    whole batch once every request is in (its own wait), and the same counters in ``judge.stats``. Any other judge
+    gets its requests in one :meth:`score_batch` call from :meth:`finish`."""
+
+    def __init__(self, judge) -> None:
+        self.judge = judge
+        self.requests: list[JudgeRequest] = []
+        self._loop = self._thread = self._task = None
+        self._result: list | None = None
+        self._error: BaseException | None = None
+
+    @staticmethod
+    def streams(judge) -> bool:
+        """Whether ``judge`` is sent its requests as they are made: an HTTP judge that keeps its batch call."""
+        from reward.judge_http import HttpJudge
+
+        kind = type(judge)
+        return (
+            isinstance(judge, HttpJudge)
+            and kind.ascore_batch is HttpJudge.ascore_batch
+            and kind.score_batch is HttpJudge.score_batch
+        )
+
+    def submit(self, request: JudgeRequest) -> None:
+        self.requests.append(request)
+        if not self.streams(self.judge):
+            return
+        if self._loop is None:
+            import asyncio
+
+            self._loop = asyncio.new_event_loop()
+            self._queue = asyncio.Queue()
+            self._task = self._loop.create_task(self._run())
+            self._thread = threading.Thread(target=self._serve, name="reward-judge", daemon=True)
+            self._thread.start()
+        self._send(self._queue.put_nowait, request)
+
+    def _send(self, fn, *args) -> None:
+        """``fn(*args)`` in the stream's loop; nothing once the loop has ended (:meth:`finish` raises its error)."""
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: its task ended early
+            pass
+
+    def _serve(self) -> None:
+        """The stream's thread: runs the batch's task, then closes its loop as :func:`asyncio.run` does."""
+        import asyncio
+
+        loop = self._loop
+        try:
+            self._result = loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            self._error = RuntimeError("judge stream cancelled")
+        except BaseException as e:  # handed to the caller by finish()
+            self._error = e
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()
+
+    def finish(self) -> list[JudgeScores | None]:
+        """The scores of every submitted request, in order (raises what the judge raised)."""
+        if self._loop is None:
+            return self.judge.score_batch(self.requests) if self.requests else []
+        self._send(self._queue.put_nowait, _END)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def close(self) -> None:
+        """Stop the stream if :meth:`finish` was not reached (the batch raised): requests in flight are dropped."""
+        if self._thread is not None and self._thread.is_alive():
+            self._send(self._task.cancel)
+            self._thread.join()
+
+    async def _run(self) -> list[JudgeScores | None]:
+        """:meth:`HttpJudge.ascore_batch` over the requests of the queue (see the class docstring)."""
+        import asyncio
+
+        import httpx
+
+        judge = self.judge
+        t0 = time.perf_counter()
+        stats = JudgeStats()
+        unique: dict[str, int] = {}
+        slot: list[int] = []
+        firsts: list[JudgeRequest] = []
+        calls: list[asyncio.Task] = []
+        judge.failure_examples = {}
+        judge._usage = Counter()
+        sem = asyncio.Semaphore(judge.concurrency)
+        limits = httpx.Limits(max_connections=judge.concurrency, max_keepalive_connections=judge.concurrency)
+        async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(judge.timeout_s)) as client:
+            try:
+                while (r := await self._queue.get()) is not _END:
+                    stats.requests += 1
+                    k = r.key()
+                    if k not in unique:
+                        unique[k] = len(firsts)
+                        firsts.append(r)
+                        calls.append(asyncio.ensure_future(judge._one(client, sem, r, stats)))
+                    slot.append(unique[k])
+                stats.sent = len(firsts)
+                stats.deduplicated = stats.requests - len(firsts)
+                pairs = list(await asyncio.gather(*calls))
+            except BaseException:
+                for c in calls:
+                    c.cancel()
+                raise
+            if judge.outage_s is not None:
+                await judge._wait_out_outages(client, sem, firsts, pairs, stats)
+        results = [sc for sc, _ in pairs]
+        stats.wall_s = time.perf_counter() - t0
+        stats.prompt_tokens = judge._usage["prompt_tokens"]
+        stats.completion_tokens = judge._usage["completion_tokens"]
+        judge.stats = stats
+        judge.total.add(stats)
+        for kind, what in (
+            ("truncated", "were cut at max_tokens before a score"),
+            ("unparseable", "held no parseable score"),
+        ):
+            if stats.failures.get(kind):
+                log.warning("judge: %d of %d replies %s; e.g. %s", stats.failures[kind], stats.sent, what,
+                            judge.failure_examples.get(kind, "")[:120])  # fmt: skip
+        return [results[i] for i in slot]
 
 
 def _context(it: _Item) -> str:

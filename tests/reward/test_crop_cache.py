@@ -1,0 +1,88 @@
+"""Crops rendered once per (document, page, box, dpi) per process: the cache, its bound, its encoding, and the
+reward sending a group's shared crop as byte-identical request parts."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+from PIL import Image
+
+from data_prep.crops import CropCache, CropStats, crop_key, crop_pngs, encode_png, shared_crop_cache
+from reward.pipeline import RewardScorer
+from reward.resolve import resolve_quotes
+from tests.reward.test_reward_pipeline import EN, ROW, gt, http_config, inp
+from tests.support.openai_server import ScriptedOpenAIServer
+
+
+@pytest.fixture(scope="module")
+def cache(sample_pdf, tmp_path_factory):
+    from data_prep.cache import build_cache
+    from data_prep.encoders import get_encoder
+    from data_prep.parsers import get_parser
+
+    return build_cache(sample_pdf, get_parser("pdftext"), get_encoder("minilm"), tmp_path_factory.mktemp("crops"))
+
+
+def _never_opened():
+    raise AssertionError("the PDF was opened for a crop that was cached")
+
+
+def test_a_crop_is_rendered_once_and_every_caller_gets_the_same_bytes(cache):
+    (cit,) = resolve_quotes([EN], cache)
+    crops, stats = CropCache(), CropStats()
+    (first,) = crop_pngs(cache, [cit], dpi=150, cache=crops, stats=stats)
+    (again,) = crop_pngs(cache, [cit], dpi=150, cache=crops, stats=stats, doc=_never_opened)
+    assert again is first and (stats.hits, stats.misses) == (1, 1) and stats.hit_rate == 0.5
+    (other_dpi,) = crop_pngs(cache, [cit], dpi=72, cache=crops, stats=stats)  # another image: rendered
+    assert other_dpi != first and stats.misses == 2 and len(crops) == 2
+    assert crops.bytes == len(first) + len(other_dpi)
+
+
+def test_the_encoding_keeps_every_pixel_the_judge_sees(cache):
+    cits = resolve_quotes([EN, ROW], cache)
+    with cache.open_pdf() as doc:
+        for c in cits:
+            img = doc.crop(c.page, c.bbox, dpi=150)
+            png = encode_png(img)
+            back = Image.open(io.BytesIO(png))
+            assert png.startswith(b"\x89PNG\r\n\x1a\n") and back.format == "PNG"
+            assert (back.mode, back.size) == (img.mode, img.size) and back.tobytes() == img.tobytes()
+    assert encode_png(img) == png  # the same pixels always give the same bytes
+
+
+def test_the_cache_is_bounded_in_bytes_and_drops_the_least_recently_used():
+    crops = CropCache(max_bytes=10)
+    a, b, c = (crop_key("doc", p, (0, 0, 1, 1), 150) for p in (1, 2, 3))
+    crops.put(a, b"aaaa")
+    crops.put(b, b"bbbb")
+    assert crops.get(a) == b"aaaa"  # a is now the most recently used
+    crops.put(c, b"cccc")  # 12 bytes: b goes
+    assert (crops.get(a), crops.get(b), crops.get(c), crops.bytes) == (b"aaaa", None, b"cccc", 8)
+    big = crop_key("doc", 4, (0, 0, 1, 1), 150)
+    assert crops.put(big, b"x" * 11) == b"x" * 11 and crops.get(big) is None  # larger than the bound: not kept
+    assert crops.bytes == 8 and len(crops) == 2
+    held = crops.put(a, b"AAAA")  # a crop rendered twice (two threads): the first bytes stay the ones used
+    assert held == b"aaaa"
+    with pytest.raises(ValueError, match="max_bytes"):
+        CropCache(max_bytes=-1)
+
+
+def test_a_group_citing_one_block_sends_one_crop_rendered_once_as_identical_image_parts(cache):
+    shared_crop_cache().clear()
+    g = gt(cache)
+    batch = [inp({"answer": f"answer {i}", "quotes": [EN]}, g) for i in range(5)]  # five distinct requests
+    with ScriptedOpenAIServer() as srv:
+        scorer = RewardScorer(http_config(cache, srv.url))
+        scorer.score(batch)
+        urls = [
+            [p["image_url"]["url"] for p in body["messages"][1]["content"] if p["type"] == "image_url"]
+            for path, body in srv.requests
+            if path.endswith("/chat/completions")
+        ]
+    assert len(urls) == 5 and all(u == urls[0] for u in urls) and len(urls[0]) == 1
+    assert (scorer.crop_stats.misses, scorer.crop_stats.hits) == (1, 4)
+    (cit,) = resolve_quotes([EN], cache)
+    (png,) = crop_pngs(cache, [cit], dpi=scorer.config.crop_dpi, doc=_never_opened)  # any other caller: cached
+    assert base64.b64decode(urls[0][0].removeprefix("data:image/png;base64,")) == png
