@@ -46,7 +46,17 @@ from launch import allocation, budget, settings
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import LayoutError, device_ids, node_address, plan_from_env, position_ranges
 from launch.run_files import RunError
-from launch.runlog import finish, last_step, logged_step, plan_run, prepare, read_outage, record_restart
+from launch.runlog import (
+    finish,
+    last_step,
+    logged_step,
+    plan_run,
+    prepare,
+    read_no_group_kept,
+    read_outage,
+    record_restart,
+)
+from launch.segments import load_segments
 from launch.serving import NotHealthy, server_argv, wait_healthy
 from reward.train import slurm_cpus
 
@@ -734,6 +744,11 @@ class Job:
         self._stop_servers()
         self._stop_ray()
         if self.status == "crashed" and not self.ex.dry:
+            resume = next((sg.resume_step for sg in load_segments(self.run_dir) if sg.name == self.segment), 0)
+            empty = read_no_group_kept(self.segment_dir, resume)
+            if empty is not None:
+                self.status, self.end_message = "no_group_kept", empty
+                return State.FINISH
             outage = read_outage(self.segment_dir)
             if outage is not None:
                 self.end_message = f"stopped on a server outage: {outage}"

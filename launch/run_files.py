@@ -29,6 +29,9 @@ REWARD_BATCHES = "reward_batches.jsonl"
 record of a segment is the batch of step ``resume_step + n``."""
 SERVER_OUTAGE = "server_outage.json"
 """Written into the segment by the reward when a judge/embedder outage outlasted ``judge_outage_s``."""
+NO_GROUP_KEPT = "no_group_kept.json"
+"""Written into the segment by the reward when an attempt of EasyR1's online filter kept no group (EasyR1 then
+raises ``No sample is kept after filtering``): the run stops with one line instead of requeueing."""
 RESTART_KINDS = ("judge", "embed", "trainer")
 """What the launch restarts within a job: a server process that died, or the trainer (with both servers) after
 it stopped on a server outage."""

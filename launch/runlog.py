@@ -77,6 +77,7 @@ from launch.merge import (
     read_log_records,
 )
 from launch.run_files import (
+    NO_GROUP_KEPT,
     RESTART_KINDS,
     SERVER_OUTAGE,
     RunError,
@@ -220,7 +221,16 @@ def cmd_prepare(a: argparse.Namespace) -> int:
     return 0
 
 
-SEGMENT_END_STATUSES = ("stopped", "finished", "crashed", "terminated", "server_failed", "check_failed", "outage")
+SEGMENT_END_STATUSES = (
+    "stopped",
+    "finished",
+    "crashed",
+    "terminated",
+    "server_failed",
+    "check_failed",
+    "outage",
+    "no_group_kept",
+)
 
 
 def finish(run_dir: Path, segment: str, status: str, trainer_exit: int | None, message: str, max_steps: int,
@@ -325,6 +335,23 @@ def read_outage(segment_dir: Path) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     return " ".join(message.split())
+
+
+def read_no_group_kept(segment_dir: Path, resume_step: int = 0) -> str | None:
+    """The reward's report of an attempt that kept no group (:data:`~launch.run_files.NO_GROUP_KEPT`), as the one
+    line the job ends with, or None when there is none."""
+    try:
+        info = read_json_object(Path(segment_dir) / NO_GROUP_KEPT, "no-group-kept report")
+    except (OSError, ValueError):
+        return None
+    d = info.get("dropped") if isinstance(info.get("dropped"), dict) else {}
+    batch = info.get("batch") if isinstance(info.get("batch"), int) else "?"
+    step = resume_step + batch if isinstance(batch, int) else "?"
+    return (f"training stopped at step {step}: attempt {info.get('attempt', '?')} of its batch kept no group of "
+            f"{info.get('groups', '?')} ({d.get('zero_variance', 0)} with equal rewards, {d.get('all_unscorable', 0)} "
+            f"unscorable, {d.get('out_of_band', 0)} out of the keep band); EasyR1 b44b311 stops at the first such "
+            "attempt (No sample is kept after filtering), and a requeue would meet the same batch: check the judge "
+            "and the policy's outputs (segments' samples/) before resuming from the last checkpoint")  # fmt: skip
 
 
 def cmd_outage(a: argparse.Namespace) -> int:

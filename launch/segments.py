@@ -26,7 +26,8 @@ class Segment:
     """Step of the checkpoint this segment resumed from (0: from the start)."""
     status: str = "running"
     """running | stopped (warning signal) | finished | crashed | terminated | died | server_failed | check_failed |
-    outage (the trainer stopped on a judge/embedder outage; the launch restarted it in a new segment)."""
+    outage (the trainer stopped on a judge/embedder outage; the launch restarted it in a new segment) |
+    no_group_kept (an attempt of the online filter kept no group: EasyR1 stopped; the run is not resubmitted)."""
     ended_at: str | None = None
     end_step: int | None = None
     """Last complete checkpoint when the segment ended."""
@@ -143,7 +144,7 @@ def decide_at_end(segments: list[Segment], max_steps: int, max_stalled: int) -> 
     """What follows the segment that just ended (the last of ``segments``)."""
     seg = segments[-1]
     end = seg.end_step or 0
-    if seg.status in ("server_failed", "check_failed"):  # misconfiguration: a rerun would fail the same way
+    if seg.status in ("server_failed", "check_failed", "no_group_kept"):  # a rerun would fail the same way
         return Decision("stop", f"not resubmitting: {seg.message}", 1)
     if seg.status == "outage" and end < max_steps:
         return Decision("restart", f"server outage at step {end}: restarting the servers and the trainer", 0)

@@ -462,6 +462,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("STANDIN_STEP_SECONDS", "1.0", "s", seconds, "test", _T, "the stand-in trainer's step time"),
     _s("STANDIN_SLOW_SAVE", None, "STEP:s", step_seconds, "test", _T, "the stand-in pauses mid-save of STEP"),
     _s("STANDIN_FAIL_AT_START", None, "", text, "test", _T, "the stand-in trainer exits 1 with this message"),
+    _s("STANDIN_NO_GROUP_AT", None, "step", positive_int, "test", _T,
+       "at this step the stand-in's reward keeps no group and it exits as EasyR1 does"),
     _s("STANDIN_RAY_INIT", "0", "0/1", flag, "test", _T, "a one-node stand-in trainer calls ray.init() as EasyR1"),
     _s("STANDIN_GATE", None, "path", path, "test", _T, "the stand-in starts step N once this file holds N"),
     _s("VENDOR", "{repo}/../shared/vendor", "path", path, "test", _T, "vendored upstream checkouts (CiteVQA)"),

@@ -213,6 +213,11 @@ REWARD_BATCHES = "reward_batches.jsonl"
 """Per-segment file of training-batch records (:class:`TrainBatchTracker`)."""
 SERVER_OUTAGE = "server_outage.json"
 """Written to ``$QUOTECITE_METRICS_DIR`` just before :class:`~reward.servers.ServerOutageError` leaves the reward."""
+NO_GROUP_KEPT = "no_group_kept.json"
+"""Written to ``$QUOTECITE_METRICS_DIR`` when a training reward call (an attempt of EasyR1's online filter) kept no
+group: EasyR1 b44b311 then raises ``No sample is kept after filtering`` (at the first such attempt, whatever
+``max_try_make_batch`` says) and the trainer dies; the launch reads this file to stop the run with one line instead
+of requeueing into the same wall (:class:`TrainBatchTracker`)."""
 
 
 def append_metrics_line(name: str, obj: dict) -> None:
@@ -286,6 +291,8 @@ class TrainBatchTracker:
             return None  # validation (n = 1) or nothing
         self.calls += 1
         self.counters.update(stats.counters())
+        kept_before = len(self.qids)
+        dropped_before = Counter(self.dropped)
         for qid, members in groups.items():
             self.seen += 1
             keep = rows[members[0]].keep
@@ -301,6 +308,8 @@ class TrainBatchTracker:
             else:
                 self.qids.append(qid)
                 self.rows.extend(rows[i].to_dict() for i in members)
+        if self.band is not None and len(self.qids) == kept_before:
+            self._report_no_group_kept(len(groups), self.dropped - dropped_before)
         if self.band is not None and len(self.qids) < self.batch_groups:
             return None  # EasyR1 generates another attempt
         self.batches += 1
@@ -320,6 +329,22 @@ class TrainBatchTracker:
         append_metrics_line(REWARD_BATCHES, record)
         self._reset()
         return record
+
+    def _report_no_group_kept(self, groups: int, dropped: Counter) -> None:
+        """Write :data:`NO_GROUP_KEPT` (atomically) for the attempt that kept no group, with why each was dropped."""
+        record = {"time": round(time.time(), 3), "batch": self.batches + 1, "attempt": self.calls, "groups": groups,
+                  "dropped": {k: dropped.get(k, 0) for k in ("zero_variance", "all_unscorable", "out_of_band")}}  # fmt: skip
+        log.warning("reward: attempt %d of batch %d kept no group of %d (%s); EasyR1 stops here", self.calls,
+                    self.batches + 1, groups, record["dropped"])  # fmt: skip
+        folder = os.environ.get(METRICS_DIR_ENV)
+        if not folder:
+            return
+        from core.io import atomic_write_json
+
+        try:
+            atomic_write_json(Path(folder) / NO_GROUP_KEPT, record)
+        except OSError as err:
+            log.warning("could not write %s in %s: %s", NO_GROUP_KEPT, folder, err)
 
 
 ZERO_VARIANCE_TOL = 1e-9

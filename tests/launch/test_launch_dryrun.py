@@ -322,6 +322,21 @@ def test_a_cluster_proxy_in_the_environment_does_not_stand_between_the_job_and_i
     assert tracker_step(tmp_path / "run") == 1
 
 
+def test_an_attempt_that_keeps_no_group_stops_the_run_with_one_line_and_no_requeue(tmp_path):
+    # EasyR1 raises "No sample is kept after filtering" at the first attempt of its online filter that keeps no
+    # group; a requeue would resume at the same checkpoint and meet the same batch. The reward writes why (its
+    # no_group_kept.json) and the job ends the run there, saying so, instead of submitting the next job.
+    run = tmp_path / "run"
+    env = standin_env(tmp_path, max_steps=4, QUOTECITE_STANDIN_NO_GROUP_AT="3")
+    r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "training stopped at step 3: attempt" in r.stderr and "2 with equal rewards" in r.stderr
+    assert "submitting the next job" not in r.stderr and "sbatch" not in r.stderr
+    (seg,) = [json.loads(p.read_text()) for p in (run / "segments").glob("*/segment.json")]
+    assert seg["status"] == "no_group_kept" and seg["end_step"] == 2  # the checkpoint before is intact
+    assert tracker_step(run) == 2
+
+
 def test_a_judge_that_exits_at_start_is_named_with_its_log(tmp_path):
     run = tmp_path / "run"
     env = standin_env(tmp_path, max_steps=2, QUOTECITE_JUDGE_CMD=f"{PY} -c exit(3)")

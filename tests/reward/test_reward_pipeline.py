@@ -25,7 +25,7 @@ from reward.quote_reward import REWARD_NAME, REWARD_TYPE, compute_score
 from reward.resolve import resolve_quotes
 from reward.scoring import BREAKDOWN_KEYS
 from reward.servers import ServerOutageError
-from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
+from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion, held_port
 
 EN = SAMPLE_FACTS.fact("en_sentence").text
 ROW = SAMPLE_FACTS.fact("table_row").text
@@ -292,24 +292,23 @@ def test_unscorable_response_gets_its_group_mean_and_a_dead_group_gets_zero(cach
 
 def test_judge_that_stays_down_ends_the_call_with_one_outage_error_after_its_budget(cache, tmp_path, monkeypatch):
     monkeypatch.setenv("QUOTECITE_METRICS_DIR", str(tmp_path / "seg"))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    g = gt(cache)
-    t0 = time.monotonic()
-    with pytest.raises(ServerOutageError) as e:
-        compute_score(
-            [inp({"answer": "a", "quotes": [EN]}, g), inp("prose", g)],
-            **http_config(cache, dead, judge_outage_s=1.5).to_dict(),
-        )
-    assert 1.5 <= time.monotonic() - t0 < 10
-    msg = str(e.value)
-    assert "\n" not in msg and msg.startswith(f"judge at {dead}/chat/completions is down: no answer for ")
-    assert "judge_outage_s=1.5" in msg and isinstance(e.value, QuoteciteError)  # the CLIs print it as one line
-    assert not isinstance(e.value, InputError)  # an outage is not bad input
-    marker = json.loads((tmp_path / "seg" / "server_outage.json").read_text())  # what the launch reads
-    assert (marker["what"], marker["url"], marker["budget_s"]) == ("judge", f"{dead}/chat/completions", 1.5)
-    assert marker["waited_s"] >= 1.5
+    with held_port() as port:  # nothing listens, and no one else takes the port while the test runs
+        dead = f"http://127.0.0.1:{port}/v1"
+        g = gt(cache)
+        t0 = time.monotonic()
+        with pytest.raises(ServerOutageError) as e:
+            compute_score(
+                [inp({"answer": "a", "quotes": [EN]}, g), inp("prose", g)],
+                **http_config(cache, dead, judge_outage_s=1.5).to_dict(),
+            )
+        assert 1.5 <= time.monotonic() - t0 < 10
+        msg = str(e.value)
+        assert "\n" not in msg and msg.startswith(f"judge at {dead}/chat/completions is down: no answer for ")
+        assert "judge_outage_s=1.5" in msg and isinstance(e.value, QuoteciteError)  # the CLIs print it as one line
+        assert not isinstance(e.value, InputError)  # an outage is not bad input
+        marker = json.loads((tmp_path / "seg" / "server_outage.json").read_text())  # what the launch reads
+        assert (marker["what"], marker["url"], marker["budget_s"]) == ("judge", f"{dead}/chat/completions", 1.5)
+        assert marker["waited_s"] >= 1.5
 
 
 @pytest.mark.parametrize("how", ["http_503", "refused"])
@@ -325,11 +324,11 @@ def test_a_judge_down_for_a_while_pauses_the_call_and_then_gives_real_scores(cac
 
         servers.append(ScriptedOpenAIServer(handler=handler).start())
         port = servers[0]._httpd.server_address[1]
-    else:  # nothing listens on the port (connections are refused) until the server is back
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        threading.Timer(2.0, lambda: servers.append(ScriptedOpenAIServer(port=port).start())).start()
+    else:  # the port is held and refuses connections until the server listens on it
+        late = ScriptedOpenAIServer(refuse_until_start=True)
+        servers.append(late)
+        port = late._httpd.server_address[1]
+        threading.Timer(2.0, late.start).start()
     try:
         scorer = RewardScorer(http_config(cache, f"http://127.0.0.1:{port}/v1", judge_outage_s=30))
         out = [b for b, _ in scorer.score(batch)]
@@ -765,21 +764,37 @@ def test_training_batch_records_replay_the_filter_across_attempts(cache, tmp_pat
     scorer = RewardScorer(dataclasses.replace(config, keep_band=None))
     scorer.score(first)
     assert scorer.last_batch["qids"] == ["a", "b"] and scorer.last_batch["batch"] == 1
+    assert not (tmp_path / "seg" / "no_group_kept.json").exists()  # every attempt above kept a group
+
+
+def test_an_attempt_that_keeps_no_group_is_reported_for_the_launch(cache, tmp_path, monkeypatch):
+    # EasyR1 raises "No sample is kept after filtering" at such an attempt; the reward says why first, so the launch
+    # can end the run with one line instead of requeueing into the same batch
+    monkeypatch.setenv("QUOTECITE_METRICS_DIR", str(tmp_path / "seg"))
+    config = RewardConfig(cache_dir=str(cache.path.parent), judge="lexical", batch_groups=2, keep_band=[0.01, 0.99])
+    scorer = RewardScorer(config)
+    right, wrong = QA.answer, "Beijing"
+    scorer.score(lexical_group(cache, "a", [right, wrong, wrong]) + lexical_group(cache, "b", [wrong] * 3))
+    assert not (tmp_path / "seg" / "no_group_kept.json").exists()
+    scorer.score(lexical_group(cache, "c", [wrong] * 3) + lexical_group(cache, "d", [right] * 3))
+    rec = json.loads((tmp_path / "seg" / "no_group_kept.json").read_text())
+    assert (rec["batch"], rec["attempt"], rec["groups"]) == (1, 2, 2)
+    assert rec["dropped"] == {"zero_variance": 2, "all_unscorable": 0, "out_of_band": 0}
 
 
 def test_cli_waits_judge_outage_s_for_a_dead_judge_then_stops_with_one_line(cache, tmp_path, capsys):
     from core.cli import main
     from reward.__main__ import COMMANDS
 
-    with socket.socket() as sock:
+    with socket.socket() as sock:  # held for the test: bound, never listening, so no one else takes the port
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    src.write_text(json.dumps(inp({"answer": "a", "quotes": [EN]}, gt(cache))) + "\n")
-    argv = ["score", "--inputs", str(src), "--cache-dir", str(cache.path.parent), "--judge-url", dead,
-            "--judge-model", "judge-model", "--retries", "0", "--judge-outage-s", "1", "--out", str(out)]  # fmt: skip
-    t0 = time.monotonic()
-    assert main("python -m reward", "", COMMANDS, argv) == 2
+        src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+        src.write_text(json.dumps(inp({"answer": "a", "quotes": [EN]}, gt(cache))) + "\n")
+        argv = ["score", "--inputs", str(src), "--cache-dir", str(cache.path.parent), "--judge-url", dead,
+                "--judge-model", "judge-model", "--retries", "0", "--judge-outage-s", "1", "--out", str(out)]  # fmt: skip
+        t0 = time.monotonic()
+        assert main("python -m reward", "", COMMANDS, argv) == 2
     assert time.monotonic() - t0 >= 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(

@@ -276,6 +276,17 @@ class Trainer:
                 break
             self.step += 1
             time.sleep(self.step_seconds)
+            if os.environ.get("QUOTECITE_STANDIN_NO_GROUP_AT") == str(self.step):
+                # the reward's own report of an attempt that kept no group, then EasyR1's error and exit
+                from collections import Counter
+
+                from reward.pipeline import TrainBatchTracker
+
+                tracker = TrainBatchTracker(2, [0.01, 0.99])  # as the reward's: batches done since this start
+                tracker.batches, tracker.calls = self.step - 1 - self.start_step, 1
+                tracker._report_no_group_kept(2, Counter(zero_variance=2))
+                print("RuntimeError: No sample is kept after filtering. Please check your data.", file=sys.stderr)
+                return 1
             try:
                 counters = self.remote_counters() if self.ray_nodes else self.call_servers()
             except ServerOutageError as e:  # what a Ray task error from the reward actor does to EasyR1's fit()
