@@ -12,9 +12,7 @@ generation is scripted (tests/easyr1/harness.py: ScriptedRollout).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.easyr1.conftest import EASYR1_READY, REPO, easyr1_env, run_driver
-from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
+from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion, held_port
 
 BUILD_PIXELS = 120_000  # per page: small images keep the tier fast; >= the recipe's data.min_pixels (65,536)
 N = 5  # the recipe's worker.rollout.n
@@ -81,15 +79,6 @@ def built(tmp_path_factory):
             responses = [json.dumps({"answer": a, "quotes": [quote]}) for a in answers]
             script.append({"question": gt.question[:60], "responses": responses, "qid": gt.qid, "split": split})
     return {"out": out, "cache": out / "cache", "rows": rows, "script": script}
-
-
-@contextlib.contextmanager
-def _held_port():
-    """A loopback port bound for the block and never listened on: connections to it are refused, and no other
-    process can take it meanwhile (a port chosen, then released, can be taken by anyone before its use)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        yield s.getsockname()[1]
 
 
 def _drive(tmp: Path, built: dict, judge_url: str, *extra: str, validate: bool = True, timeout: float = 420,
@@ -334,7 +323,7 @@ def test_a_judge_down_for_20_s_then_answering_gives_a_batch_with_real_scores(bui
 
 
 def test_a_judge_that_never_answers_ends_with_one_clear_error(built, tmp_path):
-    with _held_port() as port:  # bound, never listening: every connection is refused, and no one else takes it
+    with held_port() as port:  # bound, never listening: every connection is refused, and no one else takes it
         r, rep, _, metrics_dir = _drive(
             tmp_path, built, f"http://127.0.0.1:{port}/v1",
             "worker.reward.reward_function_kwargs.judge_outage_s=5", validate=False,

@@ -105,10 +105,9 @@ def closed_port(c) -> None:
     if c.env is not None:
         env_inputs(c)
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now: connections are refused
-    c.vars["judge_url"] = f"http://127.0.0.1:{port}/v1"
+    s.bind(("127.0.0.1", 0))  # held until the case ends, never listening: refused, and no one else takes it
+    c.cleanups.append(s.close)
+    c.vars["judge_url"] = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
 
 
 def big_reply(n_bytes: int, valid: bool):

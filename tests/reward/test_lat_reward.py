@@ -5,7 +5,6 @@ the pipeline's one scorer (reward/pipeline.py)."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ from reward.lat import (
 )
 from reward.pipeline import RewardScorer
 from tests.reward.lat_cases import CAPTION, ROW, block, build_lat_cache, gt, inputs, load_plugin, response
+from tests.support.openai_server import held_port
 
 S = LatSettings()
 
@@ -264,16 +264,16 @@ def _lat(inputs, cfg, embedder):
     return [b for b, _ in RewardScorer(cfg, step_embedder=embedder).score(inputs)]
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture
+def closed_port():
+    with held_port() as port:
+        yield port
 
 
-def test_unreachable_image_embedder_makes_the_response_unscorable(cache):
+def test_unreachable_image_embedder_makes_the_response_unscorable(cache, closed_port):
     from data_prep.encoders import get_encoder
 
-    enc = get_encoder("qwen3-vl-embedding", transport="http", url=f"http://127.0.0.1:{_closed_port()}/v1", dim=8,
+    enc = get_encoder("qwen3-vl-embedding", transport="http", url=f"http://127.0.0.1:{closed_port}/v1", dim=8,
                       max_retries=0, timeout_s=2)  # fmt: skip
     cap, table = block(cache, CAPTION), block(cache, "Shenzhen | 150")
     good = response(cache, [(CAPTION, cap), (ROW, table)], answer_block=table)

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import io
 import re
-import socket
 import threading
 
 import pytest
@@ -17,7 +16,7 @@ from reward.judge import JudgeRequest, JudgeScores, get_judge
 from reward.judge_http import HttpJudge
 from reward.judge_lexical import LexicalJudge, lexical_scores
 from reward.judge_prompt import JudgePrompt, frame_data, parse_judge_output
-from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion
+from tests.support.openai_server import Reply, ScriptedOpenAIServer, chat_completion, held_port
 
 # --------------------------------------------------------------------------------------------- output parser
 PARSE_CASES = [
@@ -204,11 +203,9 @@ def test_the_request_constrains_the_reply_to_compact_json_with_one_flag_per_crop
 
 
 def test_connection_refused_is_retried_then_counted():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once the socket closes
-    j = HttpJudge(f"http://127.0.0.1:{port}/v1", "m", retries=2, backoff_s=0.01, timeout_s=1.0)
-    assert j.score_batch([req()]) == [None]
+    with held_port() as port:  # nothing listens here
+        j = HttpJudge(f"http://127.0.0.1:{port}/v1", "m", retries=2, backoff_s=0.01, timeout_s=1.0)
+        assert j.score_batch([req()]) == [None]
     assert (j.stats.attempts, dict(j.stats.failures), dict(j.stats.retry_reasons)) == (3, {"connection": 1},
                                                                                        {"connection": 2})  # fmt: skip
 

@@ -16,9 +16,11 @@ Run as a program (``python -m tests.support.openai_server --port P``) it serves 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import signal
+import socket
 import sys
 import threading
 import time
@@ -44,6 +46,15 @@ class Reply:
 
 
 Handler = Callable[[str, dict, int], "Reply | dict | None"]
+
+
+@contextlib.contextmanager
+def held_port():
+    """A loopback port bound for the block and never listened on: every connection to it is refused, and no other
+    process can take it meanwhile (a port chosen, then released, can be taken by anything before the test uses it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
 
 
 def chat_completion(content: str, model: str = "judge-model") -> dict:
