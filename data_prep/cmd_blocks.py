@@ -15,6 +15,9 @@ left. Warnings print one line each, but repeated ones (2,000 blank pages) are su
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m data_prep blocks")
+
 import argparse
 import collections
 import contextlib

@@ -7,6 +7,9 @@ person can check a parse by eye. Without ``--page`` all pages are drawn side by 
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m data_prep show")
+
 import argparse
 from pathlib import Path
 

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m eval convert")
+
 import argparse
 from pathlib import Path
 

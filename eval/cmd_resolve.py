@@ -26,6 +26,9 @@ quote, block_id) and ``resolve`` (what was done, and why a response gave no cita
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m eval resolve")
+
 import argparse
 import logging
 from collections import Counter

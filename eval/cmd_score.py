@@ -35,6 +35,9 @@ file, holds an input, or holds files ``eval score`` does not write is refused.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m eval score")
+
 import argparse
 import sys
 import time

@@ -64,6 +64,9 @@ checkpoint and validation included; the median of the run's steps keeps the rare
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m launch.budget")
+
 import argparse
 import math
 import os

@@ -27,6 +27,9 @@ SIGTERM (scancel, requeue, wall time) stops everything at once and records the s
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: bash launch/grpo_8b.sh (or python -m launch.job)")
+
 import argparse
 import enum
 import os

@@ -57,6 +57,9 @@ The parts live in :mod:`launch.run_files`, :mod:`launch.checkpoints`, :mod:`laun
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m launch.runlog")
+
 import argparse
 import os
 import shlex

@@ -6,6 +6,9 @@ and writes ``RUN_DIR/samples.html``."""
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m launch.samples_page")
+
 from pathlib import Path
 
 from core.errors import InputError

@@ -12,6 +12,9 @@ when the server's process exits.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m launch.serving")
+
 import argparse
 import os
 import shlex

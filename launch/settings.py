@@ -19,6 +19,9 @@ table (the documentation's settings reference, docs/settings.md), ``show`` the r
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m launch.settings")
+
 import argparse
 import difflib
 import os

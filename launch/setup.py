@@ -35,6 +35,9 @@ Hub's token variables reach the download as they are.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m launch.setup")
+
 import argparse
 import fcntl
 import hashlib

@@ -7,6 +7,9 @@ of your own first (one that registers its entry when imported), so its entries a
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m quotecite plugins")
+
 import argparse
 import json
 

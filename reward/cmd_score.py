@@ -22,6 +22,9 @@ the reward settings of an EasyR1 recipe (``worker.reward.reward_function_kwargs`
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m reward score")
+
 import argparse
 import json
 from pathlib import Path

@@ -13,6 +13,9 @@ attaches to it and the hook still applies to every worker of this job. Nothing e
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
+    raise SystemExit("error: run this from the repository as: python -m reward.train")
+
 import os
 import runpy
 import sys

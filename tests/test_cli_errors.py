@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from core.cli import main
 from core.errors import InputError, QuoteciteError
 from core.registry import Registry, UnknownNameError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 RAISES = {
     "input": "raise InputError('gold.jsonl:3: no field \"question\"')",
@@ -82,3 +87,18 @@ def test_an_unknown_name_is_bad_input_and_still_a_key_error():
         r.get("pdftxt")
     assert isinstance(e.value, KeyError) and isinstance(e.value, InputError) and isinstance(e.value, QuoteciteError)
     assert str(e.value) == "unknown parser 'pdftxt'; did you mean 'pdftext'? (known: pdftext)"  # not quoted
+
+
+def _run_by_path_modules() -> list[str]:
+    return sorted(str(p.relative_to(REPO_ROOT)) for d in ("core", "data_prep", "reward", "eval", "quotecite", "launch")
+                  for p in (REPO_ROOT / d).glob("*.py")
+                  if p.name.startswith("cmd_") or 'if __name__ == "__main__":' in p.read_text())  # fmt: skip
+
+
+@pytest.mark.parametrize("path", [p for p in _run_by_path_modules() if not p.endswith("__main__.py")])
+def test_a_command_module_run_by_its_path_says_how_to_run_it(path):
+    # `python eval/cmd_score.py` used to exit 0 having done nothing (or a launch module to die importing `launch`)
+    r = subprocess.run([sys.executable, path, "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: run this from the repository as: "), r.stderr
