@@ -221,8 +221,8 @@ def refuse_page_output(out: str | Path, run_dir: str | Path, flag: str = "--out"
         raise OutputError(f"{out}: {flag} is a directory; give a file name ending in .html")
     refuse_special_output(out, flag)
     if out.suffix.lower() not in (".html", ".htm"):
-        raise OutputError(f"{out}: {flag} must be an .html file (this command writes a page; it never replaces "
-                          "another kind of file)")  # fmt: skip
+        raise OutputError(f"{out}: {flag} must be an .html file: this command writes a page and never replaces "
+                          "another kind of file (a file of the run folder, a recipe)")  # fmt: skip
     run = Path(run_dir)
     refuse_output_inside(out, [run / d for d in RUN_OWNED], "the folder its run writes", flag)
 
