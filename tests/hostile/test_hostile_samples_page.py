@@ -35,6 +35,8 @@ MARKUP = [
     "' onmouseover='document.body.dataset.pwned=1",
     '<iframe src="javascript:document.body.dataset.pwned=1"></iframe>',
     "&lt;b id=pwned&gt;",
+    "<a href='javascript:document.body.dataset.pwned=1'>x</a>",
+    "\u2028<style>*{display:none}</style>\u2029",
 ]
 
 
@@ -138,7 +140,10 @@ def cases() -> list[Case]:
                         ("quote", 'crops/a".png onerror="x'), ("upper-hash", ok_name.upper()),
                         ("short-hash", "crops/abc.png"), ("no-ext", ok_name[:-4]), ("backslash", "crops\\..\\x.png"),
                         ("empty", ""), ("null-byte", "crops/\x00.png"), ("number", 7), ("list", ["crops/a.png"]),
-                        ("object", {"path": "/etc/hostname"}), ("none", None)]:  # fmt: skip
+                        ("object", {"path": "/etc/hostname"}), ("none", None),
+                        ("missing-file", "crops/" + "a" * 64 + ".png"), ("trailing-slash", ok_name + "/"),
+                        ("percent-dots", "crops/%2e%2e/%2e%2e/x.png"), ("unicode-dots", "crops/\u2024\u2024/x.png"),
+                        ("windows", "C:\\Windows\\win.ini"), ("long", "crops/" + "a" * 5000 + ".png")]:  # fmt: skip
         for embed in (False, True):
 
             def setup(ctx, name=name, embed=embed):
