@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from core.errors import InputError
 from core.geometry import iou
 from reward.lat import (
     COORD_SCALE,
@@ -46,6 +47,21 @@ log = logging.getLogger("eval.lat")
 LAT_INTERFACE = "lat"
 CITATION_MODES: tuple[str, ...] = ("all", "answer")
 """Which boxes of a LAT response become citations."""
+
+
+def shown_pages(pred, n_pages: int) -> list[int] | None:
+    """The PDF page of each image a LAT-interface prediction was shown (its ``pages`` field, written by ``eval
+    infer``), None when absent (image N is page N); a field that is not a list of whole page numbers of the
+    document (a string, an object, 0, past the last page) is one :class:`InputError` naming the prediction."""
+    pages = pred.extra.get("pages")
+    if pages is None:
+        return None
+    ok = isinstance(pages, list) and all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= n_pages
+                                         for x in pages)  # fmt: skip
+    if not ok:
+        raise InputError(f"prediction {getattr(pred, 'index', '?')}: field 'pages' is {str(pages)[:80]!r}; expected "
+                         f"a list of page numbers 1..{n_pages} of its document (the pages eval infer showed)")  # fmt: skip
+    return pages
 
 
 def _page_of(image: int | None, pages: Sequence[int] | None, n_pages: int) -> int | None:
@@ -153,7 +169,7 @@ def lat_metrics(golds, preds, docs=None, settings: LatSettings = LatSettings(), 
             iou50.append(answer_iou50([(c.page, c.bbox) for c in p.citations], g.gt_all))
             continue
         cached = docs.get(g.doc_key)
-        pages = p.extra.get("pages")
+        pages = shown_pages(p, len(cached.page_sizes))
         answer = [_region(b, pages, cached.page_sizes) for b in parsed.answer_boxes]
         iou50.append(answer_iou50([(r.page, r.bbox) for r in answer if r is not None], g.gt_all))
         regions = [_region(b, pages, cached.page_sizes) for b in parsed.steps]
@@ -201,6 +217,6 @@ def _finish(em, iou50, sa, sa_name, why) -> dict:
 def resolve_lat(pred, cached, mode: str = "all") -> tuple[str, list[dict], dict]:
     """``eval resolve`` of a LAT-interface prediction: ``(answer, citations, info)`` (:func:`lat_citations`)."""
     parsed = parse_coe(pred.response)
-    citations, info = lat_citations(parsed, cached.page_sizes, pred.extra.get("pages"), mode)
+    citations, info = lat_citations(parsed, cached.page_sizes, shown_pages(pred, len(cached.page_sizes)), mode)
     info = {"interface": LAT_INTERFACE, "format_ok": parsed.format_ok, "n_steps": len(parsed.steps), **info}
     return parsed.answer or pred.answer, citations, info

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from core.errors import InputError
 from data_prep.cache import DocCache
 from data_prep.sample import SAMPLE_FACTS
 from eval.cmd_resolve import Resolver, resolve_file
@@ -150,3 +151,19 @@ def test_eval_score_reports_lat_metrics_beside_ours(cache):
     assert run.analyses["lat"]["soft_em"] == 1.0 and run.analyses["lat"]["stepwise_attribution"] == 1.0
     assert run.analyses["lat"]["iou50"] == 1.0
     assert LatSettings().tau == 0.3
+
+
+@pytest.mark.parametrize("pages", ["2", {"1": 2}, [0], [99], [1, "2"], [True], [1.5], 3])
+def test_a_pages_field_that_is_not_page_numbers_of_the_document_is_refused_naming_the_prediction(cache, tmp_path,
+                                                                                               pages):  # fmt: skip
+    # the pages eval infer showed map each image to its PDF page: a string, an object, 0 or a page past the end
+    # would place a citation on no page or another one (a wrong number) or crash (an index past the sizes)
+    cap, table = block(cache, CAPTION), block(cache, "Shenzhen | 150")
+    text = coe(cache, [(CAPTION, cap), (ROW, table)], answer_block=table)
+    gpath, ppath, out = tmp_path / "gold.jsonl", tmp_path / "pred.jsonl", tmp_path / "resolved.jsonl"
+    write_jsonl(gpath, [gold(cache).to_json()])
+    write_jsonl(ppath, [{"index": 0, "interface": "lat", "response": text, "answer": "", "citations": [],
+                         "pages": pages}])  # fmt: skip
+    with pytest.raises(InputError, match="prediction 0: field 'pages'"):
+        resolve_file(gpath, ppath, out, Resolver(DocCache(cache.path.parent), resolver="lexical"))
+    assert not out.exists()
