@@ -440,6 +440,11 @@ def _depth_ok(text: str, limit: int) -> bool:
     return True
 
 
+class NotJSONError(InputError):
+    """:func:`loads_record`'s error for text that is no JSON at all (as opposed to JSON it refuses: a number past its
+    bounds, NaN, nesting too deep); a caller that also takes plain text tells the two apart by this type."""
+
+
 def loads_record(text: str, where: str) -> Any:
     """Parse one JSON value of a record (a JSONL line, a JSON file, a judge reply) with bounded numbers: integers
     of more than :data:`MAX_INT_DIGITS` digits, floats that overflow, ``NaN`` and ``Infinity`` raise
@@ -460,7 +465,7 @@ def loads_record(text: str, where: str) -> Any:
             text, parse_int=_parse_int(where), parse_float=_parse_float(where), parse_constant=_parse_constant(where)
         )
     except json.JSONDecodeError as e:
-        raise InputError(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        raise NotJSONError(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     except RecursionError:
         raise InputError(f"{where}: JSON nested too deeply") from None
 

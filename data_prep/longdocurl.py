@@ -43,6 +43,7 @@ import pypdfium2 as pdfium
 
 from core.errors import InputError
 from core.io import (
+    NotJSONError,
     atomic_path,
     atomic_write_json,
     atomic_write_text,
@@ -822,9 +823,11 @@ def _kv(items: list[str] | None, flag: str) -> dict:
             raise InputError(f"{flag} {item!r}: expected KEY=VALUE")
         k, v = item.split("=", 1)
         try:
-            out[k] = json.loads(v)
-        except ValueError:
-            out[k] = v
+            out[k] = loads_record(v, f"{flag} {k}")  # numbers bounded, no NaN or infinity
+        except NotJSONError:
+            out[k] = v  # not JSON at all: the text itself
+        except InputError as e:  # JSON that the record parser refuses (NaN, 1e999, 400 digits): said
+            raise InputError(f"{flag} {item!r}: {e}") from None
     return out
 
 

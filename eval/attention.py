@@ -46,7 +46,7 @@ import numpy as np
 
 from core.errors import InputError
 from core.geometry import BBox
-from core.io import atomic_write_text
+from core.io import atomic_write_text, read_json_object
 
 ATTENTION_INTERFACE = "attention"
 RECORDER_NAME = "quotecite_query_attention"
@@ -395,7 +395,7 @@ class HeadSet:
     @classmethod
     def load(cls, path: str | Path) -> HeadSet:
         try:
-            d = json.loads(Path(path).read_text())
+            d = read_json_object(path, "head set")  # a regular file, bounded JSON, an object
         except (OSError, ValueError) as e:
             raise InputError(f"{path}: cannot read the head set ({e})") from None
         missing = [k for k in ("model", "method", "heads", "thresholds", "n_probes") if k not in d]

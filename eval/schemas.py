@@ -330,7 +330,7 @@ def repair_jsonl_tail(path: str | Path) -> int:
     if not tail_partial:
         try:
             if body and body[-1].strip():
-                json.loads(body[-1])
+                json.loads(body[-1])  # only whether the last line is whole (a torn tail), never its content
             return 0
         except json.JSONDecodeError:
             body = body[:-1]

@@ -412,11 +412,8 @@ def run_interface(run_dir: Path | None) -> str:
     if run_dir is None or not (run_dir / "per_question.jsonl").is_file():
         return "-"
     counts: Counter = Counter()
-    with open(run_dir / "per_question.jsonl", encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                counts[json.loads(line).get("interface") or "-"] += 1
+    for _, row in iter_jsonl(run_dir / "per_question.jsonl"):  # the one JSONL reader (errors name file:line)
+        counts[str(row.get("interface") or "-")] += 1
     if not counts:
         return "-"
     name, _ = counts.most_common(1)[0]

@@ -24,11 +24,10 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 from pathlib import Path
 from typing import Any
 
-from core.io import atomic_write_text
+from core.io import atomic_write_text, loads_record
 
 Series = tuple[str, str, str]
 """(label, dotted key in a run_log record, line style)."""
@@ -79,7 +78,7 @@ def read_run_log(path: Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads_record(line, f"{path}:{n}")  # the one record parser: numbers and nesting bounded
         except ValueError:
             raise RunError(f"{path}:{n}: not JSON") from None
         if isinstance(row, dict) and isinstance(row.get("step"), int):

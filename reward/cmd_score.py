@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
     if err is not None:
         raise InputError(f"{err}; no rewards written to {args.out}")
     atomic_write_text(args.out, "".join(line + "\n" for line in out_lines))
-    ds = [json.loads(line) for line in out_lines]
+    ds = [json.loads(line) for line in out_lines]  # the lines this command just wrote itself, for the summary
     Console(stderr=True).print((steps_summary if by_steps else judged_summary)(scorer, ds, args.out))
     return 0
 

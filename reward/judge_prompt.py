@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from core.errors import InputError
-from core.io import MAX_INT_DIGITS, loads_record
+from core.io import MAX_INT_DIGITS, NotJSONError, loads_record
 from recipes import prompt_path
 from reward.judge import SCORE_KEYS, SCORE_MAX, JudgeRequest, JudgeScores
 from reward.response import iter_json_objects, strip_reasoning
@@ -35,9 +35,6 @@ def _score_value(v) -> int | None:
 
 
 _DIGITS = re.compile(r"\d+")
-_NOT_JSON = ": not valid JSON ("
-"""How :func:`core.io.loads_record` says a text is no JSON at all (prose around the verdict), as opposed to
-JSON it refuses (a number past its bounds, NaN, nesting too deep)."""
 
 
 def _verdict_objects(text: str) -> list[dict] | None:
@@ -63,9 +60,10 @@ def _verdict_objects(text: str) -> list[dict] | None:
         return None  # a number the record parser refuses, even where the scan below would skip its object
     try:
         whole = loads_record(body, "judge reply")
-    except InputError as e:
-        if _NOT_JSON not in str(e):
-            return None
+    except NotJSONError:
+        pass  # prose around the verdict: its objects are found below
+    except InputError:
+        return None  # JSON the record parser refuses (a number past its bounds, NaN, nesting too deep)
     else:
         if isinstance(whole, dict):
             return [whole]

@@ -31,7 +31,6 @@ drops weak citations: the similarity is an abstention signal (paper, Appendix I)
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import os
 import threading
@@ -45,6 +44,7 @@ from scipy.optimize import linear_sum_assignment
 
 from core.errors import InputError
 from core.geometry import BBox
+from core.io import loads_record
 from core.registry import Registry
 from data_prep.cache import CachedDoc
 from data_prep.text import tokenize
@@ -186,8 +186,8 @@ def make_quote_encoder(cached: CachedDoc, name: str | None = None, embed_url: st
     fingerprint = (meta.get("fingerprint") or "") if same else ""
     kwargs = {}
     if fingerprint.startswith(name + ":"):
-        try:
-            settings = json.loads(fingerprint[len(name) + 1 :])
+        try:  # the cache manifest's fingerprint of the resolver's settings, through the one record parser
+            settings = loads_record(fingerprint[len(name) + 1 :], "cache manifest fingerprint")
         except ValueError:
             settings = None
         if isinstance(settings, dict):

@@ -168,7 +168,9 @@ def iter_json_objects(text: str, stats: ScanStats | None = None) -> Iterator[dic
             stats.parsed_chars += size
             stats.attempts += 1
             try:
-                obj = json.loads(text[starts[idx] : ends[idx]])
+                obj = json.loads(text[starts[idx] : ends[idx]])  # a candidate object inside a model's reply: its
+                # size is budgeted above, and what it holds is checked by the caller (the judge's verdict goes
+                # through core.io.loads_record again, a response's fields through reward.response's own checks)
             except (ValueError, RecursionError):
                 if firsts[idx] < idx:  # has children: try them in its place
                     levels.append(_siblings_backwards(idx - 1, firsts[idx], firsts))

@@ -46,6 +46,7 @@ from PIL import Image
 
 from core.errors import InputError
 from core.geometry import BBox
+from core.io import read_json_object
 from data_prep.document import DEFAULT_CROP_DPI, Document
 from data_prep.encoders import l2_normalize, torch_placement
 from data_prep.encoders.minilm import block_text
@@ -294,7 +295,7 @@ class TransformersBackend:
 
     def native_dim(self) -> int:
         """Hidden size of the language model, read from ``config.json`` without loading the weights."""
-        cfg = json.loads((self.path / "config.json").read_text())
+        cfg = read_json_object(self.path / "config.json", "model config")
         text = cfg.get("text_config") or cfg
         if "hidden_size" not in text:
             raise InputError(f"{self.path / 'config.json'}: no hidden_size in text_config; not a Qwen3-VL checkpoint?")

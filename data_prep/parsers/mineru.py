@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import logging
 import os
 import re
@@ -47,6 +46,7 @@ from typing import Any, ClassVar
 
 from core.errors import InputError
 from core.geometry import BBox, finite_box, page_box
+from core.io import read_json
 from data_prep.document import Document
 from data_prep.parsers.mineru_run import installed_version, run_mineru
 from data_prep.parsers.mineru_text import _inline_text, _lines_text, _markdown_math, _math, html_table_text
@@ -287,10 +287,9 @@ class MinerUParser:
         if not output.is_file():
             raise InputError(f"{output}: MinerU output file not found")
         try:
-            with open(output, encoding="utf-8") as f:
-                data = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InputError(f"{output}: not a JSON file ({e.__class__.__name__}: {e})") from None
+            data = read_json(output, "MinerU output")  # a regular file, bounded JSON: one error naming the file
+        except InputError as e:
+            raise InputError(f"{output}: not a JSON file ({e})") from None
         except RecursionError:
             raise InputError(f"{output}: JSON nested too deeply to be a MinerU output") from None
         schema = detect_schema(data)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import signal
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
+from core.io import read_json
 
 
 @contextlib.contextmanager
@@ -76,9 +76,8 @@ def _find_output(out_dir: Path, stem: str, wanted: Callable[[Any], bool]) -> Pat
     found = []
     for p in _iter_json(out_dir):
         try:
-            with open(p, encoding="utf-8") as f:
-                ok = wanted(json.load(f))
-        except (OSError, ValueError):
+            ok = wanted(read_json(p, "MinerU output"))  # a regular file, bounded JSON (core.io)
+        except (OSError, ValueError):  # InputError is a ValueError: not this file, look at the next
             continue
         if ok:
             found.append(p)
