@@ -173,7 +173,7 @@ class Document:
             raise InputError(f"{path}: no such file")
         if not path.is_file():
             raise InputError(f"{path}: not a regular file")
-        with open(path, "rb") as f:
+        with open_regular(path, "PDF") as f:
             head = f.read(1024)
         if b"%PDF-" not in head:
             raise InputError(f"{path}: not a PDF (no %PDF- header)")

@@ -50,6 +50,7 @@ from core.io import (
     loads_record,
     read_json,
     read_jsonl,
+    read_text,
     safe_component,
 )
 from data_prep.document import Document, sha256_file
@@ -378,7 +379,7 @@ class _Builder:
         if config.format_prompt is not None:
             if not Path(config.format_prompt).is_file():
                 raise InputError(f"{config.format_prompt}: format prompt not found")
-            self.template = Path(config.format_prompt).read_text(encoding="utf-8")
+            self.template = read_text(config.format_prompt, "format prompt")  # a regular file of UTF-8 text
         self.fingerprints = _Fingerprints(self.state_dir, config.minhash)
         self._parser = None
         self._encoder = None

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import InputError
+from core.io import read_text
 from reward.judge import JudgeRequest, JudgeStats
 from reward.judge_http import HttpJudge, run_sync
 from reward.response import strip_reasoning
@@ -89,9 +90,9 @@ def read_prompt(root: Path, name: str) -> str:
     """``root/prompts/name``, checked to have the fields CiteVQA's scripts fill (:data:`PROMPT_FIELDS`)."""
     path = root / "prompts" / name
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{path}: cannot read CiteVQA prompt ({e.strerror or e})") from None
+        text = read_text(path, "CiteVQA prompt")  # a regular file of UTF-8 text
+    except (OSError, InputError) as e:
+        raise InputError(f"{path}: cannot read CiteVQA prompt ({getattr(e, 'strerror', None) or e})") from None
     try:
         have = template_fields(text)
     except ValueError as e:

@@ -34,6 +34,7 @@ from core.io import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_jsonl,
+    read_bytes,
     read_jsonl,
 )
 from data_prep.validate import field_int
@@ -320,7 +321,7 @@ def repair_jsonl_tail(path: str | Path) -> int:
     path = Path(path)
     if not path.exists():
         return 0
-    raw = path.read_bytes()
+    raw = read_bytes(path, "predictions")  # a regular file only: a FIFO named as the output is never waited on
     if not raw:
         return 0
     lines = raw.split(b"\n")

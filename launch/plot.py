@@ -27,7 +27,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from core.io import atomic_write_text, loads_record
+from core.errors import InputError
+from core.io import atomic_write_text, loads_record, read_text
 
 Series = tuple[str, str, str]
 """(label, dotted key in a run_log record, line style)."""
@@ -70,9 +71,10 @@ def read_run_log(path: Path) -> list[dict]:
     from launch.run_files import RunError
 
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise RunError(f"{path}: cannot read ({e.strerror or e}); run `python -m launch.runlog merge` first") from None
+        text = read_text(path, "run log")  # a regular file of UTF-8 text (a FIFO is never waited on)
+    except (OSError, InputError) as e:
+        raise RunError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e}); run `python -m launch.runlog "
+                       "merge` first") from None  # fmt: skip
     rows = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.io import atomic_write_json as _atomic_write_json
+from core.io import open_regular
 
 CHECKPOINT_TRACKER = "checkpoint_tracker.json"
 """EasyR1's tracker file name in ``trainer.save_checkpoint_path`` (``verl/utils/checkpoint``)."""
@@ -65,7 +66,7 @@ def now_iso() -> str:
 
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a regular file only: a FIFO named as the recipe is never waited on
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

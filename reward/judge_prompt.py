@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from core.errors import InputError
-from core.io import MAX_INT_DIGITS, NotJSONError, loads_record
+from core.io import MAX_INT_DIGITS, NotJSONError, loads_record, read_text
 from recipes import prompt_path
 from reward.judge import SCORE_KEYS, SCORE_MAX, JudgeRequest, JudgeScores
 from reward.response import iter_json_objects, strip_reasoning
@@ -171,9 +171,9 @@ class JudgePrompt:
     def __init__(self, path: str | Path = DEFAULT_PROMPT) -> None:
         path = Path(path)
         try:
-            raw = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"judge prompt {path}: cannot read ({e.strerror or e})") from None
+            raw = read_text(path, "judge prompt")  # a regular file of UTF-8 text (a FIFO is never waited on)
+        except (OSError, InputError) as e:
+            raise InputError(f"judge prompt {path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
         m = re.search(r"^=== system ===\n(.*?)^=== user ===\n(.*)\Z", raw, re.DOTALL | re.MULTILINE)
         if not m:
             raise InputError(f"judge prompt {path}: expected '=== system ===' then '=== user ===' sections")
