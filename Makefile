@@ -87,8 +87,10 @@ $(VLLM_STAMP): $(VLLM_LOCK)
 
 vllm: $(VLLM_STAMP)
 
+# The demo ends with the training step's curves page (launch/ draws it: no stage imports launch/).
 demo: $(STAMP)
 	$(PY) -m quotecite demo --out $(DEMO_DIR)
+	$(PY) -m launch.runlog plot $(DEMO_DIR)/trl/run
 
 # --- docs: the documentation site from docs/ into site/ (mkdocs.yml), offline and --strict (a broken link, a missing
 # page or an unrenderable docstring fails it); `make test` runs the same build through tests/test_docs.py.

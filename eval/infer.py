@@ -122,7 +122,7 @@ def chat_template_kwargs_from(text: str | None, thinking: bool) -> dict:
     kwargs: dict = {}
     if text:
         try:
-            kwargs = json.loads(text)
+            kwargs = json.loads(text)  # a command-line value: its errors are said below with their position
         except json.JSONDecodeError as e:
             raise InputError(
                 f"--chat-template-kwargs is not valid JSON ({e.msg} at character {e.pos}): {text!r}"
@@ -343,12 +343,35 @@ def _usage_of(output) -> dict | None:
     return {"prompt_tokens": len(prompt), "completion_tokens": len(reply), "finish_reason": first.finish_reason}
 
 
+# --- LoRA layouts: EasyR1's and TRL's (reward/trl_train.py) ---
+LORA_LAYOUTS = ("actor/lora_adapter", "adapter")
+"""Where an adapter lies below a folder that is not one itself: EasyR1's step folder (``global_step_N``) and a TRL
+run folder (``reward/trl_train.py``'s ``RUN_DIR``; its ``checkpoints/checkpoint-N`` are adapter folders)."""
+
+
+def lora_adapter_dir(path: str | Path) -> Path:
+    """The adapter folder (holding ``adapter_config.json``) that ``--lora`` names: the folder itself (EasyR1's
+    ``global_step_N/actor/lora_adapter``, TRL's ``RUN_DIR/adapter`` or ``RUN_DIR/checkpoints/checkpoint-N``), or
+    one of :data:`LORA_LAYOUTS` below it. Raises :class:`InputError` naming the layouts."""
+    path = Path(path)
+    for folder in (path, *(path / sub for sub in LORA_LAYOUTS)):
+        if (folder / "adapter_config.json").is_file():
+            return folder
+    raise InputError(
+        f"{path}: not a LoRA adapter folder (no adapter_config.json in it or in {', '.join(LORA_LAYOUTS)} below it)"
+    )
+
+
+# --- end LoRA layouts ---
+
+
 class VLLMGenerator:
     """vLLM offline generation (GPU). Imports vLLM when constructed, so the rest of the package never needs it.
 
     Args:
         model: Hugging Face model folder or name of the base model.
-        lora: folder of a LoRA adapter (EasyR1's ``global_step_N/actor/lora_adapter``), or None.
+        lora: folder of a LoRA adapter (EasyR1's ``global_step_N/actor/lora_adapter`` or a TRL run's adapter:
+            :func:`lora_adapter_dir`), or None.
         max_tokens, temperature: sampling (greedy by default).
         max_images: images per prompt vLLM must accept (>= the longest document's pages).
         tensor_parallel_size, max_model_len, gpu_memory_utilization: vLLM engine settings.
@@ -387,8 +410,7 @@ class VLLMGenerator:
         if max_model_len:
             kwargs["max_model_len"] = max_model_len
         if lora:
-            if not Path(lora, "adapter_config.json").is_file():
-                raise InputError(f"{lora}: not a LoRA adapter folder (no adapter_config.json)")
+            lora = str(lora_adapter_dir(lora))
             kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=1)
         self.llm = LLM(**kwargs)
         # vLLM's EngineCore is a non-daemon child process that only a shutdown stops; at exit multiprocessing

@@ -25,59 +25,26 @@ import subprocess
 import sys
 from pathlib import Path
 
-SPECIAL = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-    "<|video_pad|>", "<think>", "</think>",
-]  # fmt: skip
+from reward.tiny_policy import (  # the policy's tokenizer builder, template and dimensions are the product's
+    CONTENT_MACRO,
+    QWEN3_VL_TEMPLATE,
+    SPECIAL,
+    TEXT,
+    TURNS,
+    VISION,
+    write_bpe_tokenizer,
+)
+
 VOCAB_SIZE = 600
 ROLES = ("judge", "embedder", "policy")
 
-TEXT = dict(
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    max_position_embeddings=65536,
-    rope_scaling={"rope_type": "default", "mrope_section": [8, 4, 4], "mrope_interleaved": True},
-    rope_theta=10000.0,
-    tie_word_embeddings=False,
-)
-VISION = dict(
-    depth=2,
-    hidden_size=64,
-    intermediate_size=128,
-    num_heads=2,
-    out_hidden_size=128,
-    num_position_embeddings=256,
-    deepstack_visual_indexes=[1],
-    patch_size=16,
-    spatial_merge_size=2,
-    temporal_patch_size=2,
-)
 MIN_PIXELS = 4 * 32 * 32
 """The image processor's smallest area (the embedding encoder's default ``min_pixels``)."""
 MAX_PIXELS = 1800 * 32 * 32
 """The image processor's largest area (the embedding encoder's default ``max_pixels``)."""
 
-_CONTENT = (
-    "{% macro content(c) %}"
-    "{% if c is string %}{{ c }}"
-    "{% else %}{% for part in c %}"
-    "{% if part.type == 'image' or part.type == 'image_url' or 'image' in part %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part.type == 'text' %}{{ part.text }}"
-    "{% endif %}"
-    "{% endfor %}{% endif %}"
-    "{% endmacro %}"
-)
-_TURNS = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ content(m.content) }}<|im_end|>\n{% endfor %}"
-QWEN3_VL_TEMPLATE = _CONTENT + _TURNS + "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-"""Qwen3-VL's chat template, structure only: turns in ``<|im_start|>role ... <|im_end|>``, an image placeholder per
-image part, the generation prompt ``<|im_start|>assistant\\n``. The policy's and the embedder's template."""
 QWEN35_THINKING_TEMPLATE = (
-    _CONTENT + _TURNS + "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    CONTENT_MACRO + TURNS + "{% if add_generation_prompt %}<|im_start|>assistant\n"
     "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
     "{% else %}<think>\n{% endif %}{% endif %}"
 )
@@ -101,21 +68,7 @@ def _corpus() -> list[str]:
 def write_tokenizer(path: str | Path) -> int:
     """A byte-level BPE of :data:`VOCAB_SIZE` tokens with Qwen's special tokens, saved in ``path``; returns its
     size (the embedding rows the model needs)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(_corpus(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", extra_special_tokens=SPECIAL[1:]
-    )
-    fast.save_pretrained(path)
-    return tok.get_vocab_size()
+    return write_bpe_tokenizer(path, _corpus(), VOCAB_SIZE)
 
 
 def write_checkpoint(path: str | Path, role: str) -> None:
