@@ -24,13 +24,14 @@ page_header -> header; page_footer -> footer; anything else -> other. Text items
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import logging
 import re
 from pathlib import Path
 
 from core.errors import InputError
 from core.geometry import BBox, finite_box, page_box
-from core.io import read_json
+from core.io import read_text
 from data_prep.document import Document
 from data_prep.text import token_f1, tokenize
 from data_prep.types import Block, renumber
@@ -317,9 +318,10 @@ class DoclingParser:
             output = Path(output)
             if not output.is_file():
                 raise InputError(f"{output}: Docling output file not found")
-            try:
-                data = read_json(output, "Docling output")  # a regular file, bounded JSON (core.io)
-            except (OSError, InputError) as e:
+            try:  # a regular file (never a FIFO waited on); NaN and infinities are allowed in boxes: the
+                # converter's finite_box rule deals with each one
+                data = json.loads(read_text(output, "Docling output"))
+            except (OSError, json.JSONDecodeError) as e:
                 raise InputError(f"{output}: not readable as JSON ({e})") from None
             except RecursionError:
                 raise InputError(f"{output}: JSON nested too deeply to be a DoclingDocument") from None

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import logging
 import os
 import re
@@ -46,7 +47,7 @@ from typing import Any, ClassVar
 
 from core.errors import InputError
 from core.geometry import BBox, finite_box, page_box
-from core.io import read_json
+from core.io import read_text
 from data_prep.document import Document
 from data_prep.parsers.mineru_run import installed_version, run_mineru
 from data_prep.parsers.mineru_text import _inline_text, _lines_text, _markdown_math, _math, html_table_text
@@ -286,10 +287,11 @@ class MinerUParser:
         output = Path(output)
         if not output.is_file():
             raise InputError(f"{output}: MinerU output file not found")
-        try:
-            data = read_json(output, "MinerU output")  # a regular file, bounded JSON: one error naming the file
-        except InputError as e:
-            raise InputError(f"{output}: not a JSON file ({e})") from None
+        try:  # a regular file (never a FIFO waited on); NaN and infinities are allowed: MinerU writes them in
+            # boxes, and the converter's finite_box rule deals with each one
+            data = json.loads(read_text(output, "MinerU output"))
+        except json.JSONDecodeError as e:
+            raise InputError(f"{output}: not a JSON file ({e.__class__.__name__}: {e})") from None
         except RecursionError:
             raise InputError(f"{output}: JSON nested too deeply to be a MinerU output") from None
         schema = detect_schema(data)

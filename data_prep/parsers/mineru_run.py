@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from core.io import read_json
+from core.io import read_text
 
 
 @contextlib.contextmanager
@@ -76,7 +77,7 @@ def _find_output(out_dir: Path, stem: str, wanted: Callable[[Any], bool]) -> Pat
     found = []
     for p in _iter_json(out_dir):
         try:
-            ok = wanted(read_json(p, "MinerU output"))  # a regular file, bounded JSON (core.io)
+            ok = wanted(json.loads(read_text(p, "MinerU output")))  # a regular file; NaN boxes allowed (see mineru.py)
         except (OSError, ValueError):  # InputError is a ValueError: not this file, look at the next
             continue
         if ok:
