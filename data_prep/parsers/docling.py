@@ -321,7 +321,7 @@ class DoclingParser:
             try:  # a regular file (never a FIFO waited on); NaN and infinities are allowed in boxes: the
                 # converter's finite_box rule deals with each one
                 data = json.loads(read_text(output, "Docling output"))
-            except (OSError, json.JSONDecodeError) as e:
+            except (OSError, json.JSONDecodeError, InputError) as e:  # InputError: not a regular file or not UTF-8
                 raise InputError(f"{output}: not readable as JSON ({e})") from None
             except RecursionError:
                 raise InputError(f"{output}: JSON nested too deeply to be a DoclingDocument") from None

@@ -292,6 +292,8 @@ class MinerUParser:
             data = json.loads(read_text(output, "MinerU output"))
         except json.JSONDecodeError as e:
             raise InputError(f"{output}: not a JSON file ({e.__class__.__name__}: {e})") from None
+        except InputError as e:  # not a regular file, or not UTF-8 text
+            raise InputError(f"{output}: not a JSON file ({e})") from None
         except RecursionError:
             raise InputError(f"{output}: JSON nested too deeply to be a MinerU output") from None
         schema = detect_schema(data)
