@@ -35,9 +35,6 @@ The split (settings: ``QUOTECITE_SERVE_GPUS`` S, default 1; ``QUOTECITE_JUDGE_RE
 
 from __future__ import annotations
 
-if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
-    raise SystemExit("error: run this from the repository as: python -m launch.layout")
-
 import argparse
 import itertools
 import json

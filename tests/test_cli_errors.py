@@ -96,7 +96,20 @@ def _run_by_path_modules() -> list[str]:
                   or "run by its path" in p.read_text())  # fmt: skip
 
 
-@pytest.mark.parametrize("path", [p for p in _run_by_path_modules() if not p.endswith("__main__.py")])
+RUN_BY_PATH = {"launch/layout.py": "the server wrapper: the job runs it by its path on every node it starts on"}
+"""Programs made to run by their path (standard library only); every other command module refuses it."""
+
+
+def test_the_programs_made_to_run_by_their_path_do():
+    for path in RUN_BY_PATH:
+        r = subprocess.run(
+            [sys.executable, path, "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert r.returncode == 0 and "usage:" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("path", [p for p in _run_by_path_modules() if not p.endswith("__main__.py") and p not in
+                                  RUN_BY_PATH])  # fmt: skip
 def test_a_command_module_run_by_its_path_says_how_to_run_it(path):
     # `python eval/cmd_score.py` used to exit 0 having done nothing (or a launch module to die importing `launch`)
     r = subprocess.run([sys.executable, path, "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
