@@ -5,8 +5,9 @@ the stop grace.
 first line, e.g. ``141G``) and the table of parts it is made of; ``disk --recipe R --run-dir D`` checks the
 checkpoints the run will keep against the free space of D's filesystem (exit 3 when they cannot fit; ``--prune``
 first clears ``checkpoints/incomplete/``); ``save-freq
---run-dir D`` compares ``save_freq`` x the measured step time with the stop grace. Units: GiB (2**30 bytes), which
-is what Slurm's ``G`` means.
+--run-dir D`` compares ``save_freq`` x the measured step time with the stop grace; ``gpu --recipe R --gpu h200``
+prints the GPU memory per phase and GPU (:mod:`launch.budget_gpu`, exit 3 when a phase cannot fit). Units: GiB
+(2**30 bytes), which is what Slurm's ``G`` means.
 
 Every number comes from EasyR1 at b44b311 (read in ``verl/``) or is an assumption named by a constant below.
 
@@ -82,6 +83,7 @@ from typing import Any
 from core.errors import InputError
 from core.io import read_json
 from data_prep.validate import bounded_float, finite, nonneg_int, positive_float, positive_int
+from launch import budget_gpu
 from launch.merge import read_log_records
 from launch.run_files import CHECKPOINT_TRACKER, INCOMPLETE_DIR, STEP_DIR_RE
 from recipes.reader import RecipeError, dig, load_recipe
@@ -623,9 +625,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--save-freq", type=int, help="default: the recipe's trainer.save_freq")
     s.add_argument("--recipe", help="recipe to read trainer.save_freq from")
     s.add_argument("--grace", type=finite, default=DEFAULT_STOP_GRACE_S, help="seconds from SIGUSR1 to the stop")
+    g = sub.add_parser("gpu", help="GPU memory per phase and GPU against a GPU kind (exit 3 when a phase cannot fit)")
+    budget_gpu.add_arguments(g)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.what == "gpu":
+        return budget_gpu.run(args)
     if args.what == "memory":
         plan = plan_from_recipe(args.recipe, args.overrides, args.params_b, args.train_gpus_per_node, args.nnodes,
                                 judge_replicas=args.judge_replicas)  # fmt: skip

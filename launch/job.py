@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from launch import allocation, budget, settings
+from launch import allocation, budget, budget_gpu, settings
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import LayoutError, device_ids, node_address, plan_from_env, position_ranges
 from launch.run_files import RunError
@@ -450,6 +450,10 @@ class Job:
     def state_prepare(self) -> State:
         if not self.ex.dry and not isinstance(self.max_steps, int):
             raise JobError(f"max_steps {self.max_steps!r} is not a number", "crashed")
+        # --- GPU memory budget (launch/budget_gpu.py): refuse a recipe the GPUs cannot hold before any starts
+        if self.restarts == 0:
+            self._gpu_budget()
+        # --- end GPU memory budget
         models = {"policy": self.p["policy_model"], "judge": self.s.judge_model, "embedder": self.s.embed_model}
         sw = self.software
 
@@ -505,6 +509,36 @@ class Job:
             if warn:
                 self.log(f"warning: {warn}")
 
+    # --- GPU memory budget (launch/budget_gpu.py)
+    def _gpu_budget(self) -> None:
+        """Every phase of the recipe against the GPU kind Slurm names (``gpu:h200:3``), else the one the NVIDIA
+        driver lists on this node (a file read: the dry run decides the same); a phase that cannot fit stops the
+        job with the numbers (``InputError``: one ``error:`` line, dry run included); a model of unknown shapes or
+        an unknown GPU skips the check, saying so."""
+        try:
+            recipe = budget_gpu.read_recipe(self.recipe, self.overrides[1:], self.layout.train_gpus_per_node
+                                            * len(self.layout.trainer_nodes))  # fmt: skip
+        except InputError as e:
+            self.ex.note(f"GPU memory budget skipped: {e}")
+            return
+        gpu, source = budget_gpu.gpu_from_slurm(self.environ)
+        if gpu is None:
+            gpu, driver = budget_gpu.gpu_from_driver()
+            if gpu is None:
+                self.ex.note(f"GPU memory budget skipped: {source}; {driver}")
+                return
+            source = driver
+        s = self.s
+        serve_gpus = len({(node, pos) for _, node, pos in self.layout.server_gpus()})
+        servers = budget_gpu.ServerPlan(s.judge_model, s.embed_model, s.judge_gpu_util, s.embed_gpu_util,
+                                        serve_gpus, len(self.layout.judges))  # fmt: skip
+        b = budget_gpu.estimate(recipe, gpu, servers)
+        if b.refusal():
+            raise InputError(f"the recipe cannot fit the GPUs ({source}; python -m launch.budget gpu --gpu ... shows "
+                             f"the parts): {b.refusal()}")  # fmt: skip
+        self.ex.note(f"GPU memory budget ({source}): {b.summary()}")
+
+    # --- end GPU memory budget
     def state_serve(self) -> State:
         self.ex.note(f"servers on {'their nodes' if self.multi else 'GPU ' + self.servers[-1].device}, one after "
                      "the other (vLLM sizes its memory from what is free)")  # fmt: skip

@@ -398,3 +398,36 @@ def test_two_column_paper_text_is_never_merged_across_the_gutter():
     assert len(body) > 100
     crossing = [b for b in body if b.bbox[0] < mid - 6 and b.bbox[2] > mid + 6]
     assert crossing == []
+
+
+def _shifted_pdf(path, dx: float, dy: float) -> None:
+    """Five lines of text on a 600 x 800 page whose MediaBox starts at (dx, dy), the content moved with it, so
+    the page shows the same thing wherever its origin is."""
+    c = rl_canvas.Canvas(str(path), pagesize=(600, 800))
+    c.translate(dx, dy)
+    c.setFont("Helvetica", 14)
+    for i in range(5):
+        c.drawString(72, 700 - 40 * i, f"Line number {i} of the shifted page.")
+    c.showPage()
+    c.save()
+    data = path.read_bytes()
+    box = b"/MediaBox [ 0 0 600 800 ]"
+    assert box in data
+    path.write_bytes(data.replace(box, f"/MediaBox [ {dx:g} {dy:g} {600 + dx:g} {800 + dy:g} ]".encode()))
+
+
+@pytest.mark.parametrize("origin", [(-300, -400), (50, 120)], ids=["negative", "positive"])
+def test_a_mediabox_away_from_the_origin_gives_the_same_boxes_as_one_at_it(tmp_path, origin):
+    """Boxes are in the page's own frame (top-left of the MediaBox): a MediaBox at negative coordinates (the
+    hostile battery's case) or past the origin gives the boxes of the same page drawn at (0, 0), none of zero
+    width or height."""
+    _shifted_pdf(tmp_path / "base.pdf", 0, 0)
+    _shifted_pdf(tmp_path / "moved.pdf", *origin)
+    got = {}
+    for name in ("base", "moved"):
+        with Document.open(tmp_path / f"{name}.pdf") as doc:
+            blocks = PdfTextParser().parse(doc)
+            assert_well_formed(doc, blocks)
+            got[name] = [(b.text, [round(v, 2) for v in b.bbox]) for b in blocks]
+    assert len(got["base"]) == 5 and got["moved"] == got["base"]
+    assert all(x1 - x0 > 100 and y1 - y0 > 5 for _, (x0, y0, x1, y1) in got["moved"])
