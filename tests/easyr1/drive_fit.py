@@ -3,7 +3,7 @@
     drive_fit.py SPEC_JSON
 
 SPEC: {"argv": trainer arguments (config=..., overrides), "model_dir": folder for the tiny Qwen3-VL (made with
-random weights when absent)}. Runs ``verl/trainer/main.py``'s config path (harness.load_config), then the body of
+random weights when absent), "servable" (optional): make it with dimensions vLLM serves (harness.write_tiny_qwen3vl)}. Runs ``verl/trainer/main.py``'s config path (harness.load_config), then the body of
 its ``Runner.run`` (tokenizer, processor, worker mapping, resource pool, the two reward actors, dataloaders,
 ``RayPPOTrainer``, ``init_workers``, ``fit``) unchanged, in this process, with one substitution: the module's
 ``FSDPWorker`` name is bound to tests/easyr1/cpu_worker.py's ``CPUWorker``. Ray is started here with ``num_gpus``
@@ -25,7 +25,7 @@ from harness import load_config, report, write_tiny_qwen3vl  # noqa: E402
 
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
-    write_tiny_qwen3vl(spec["model_dir"], with_weights=True)
+    write_tiny_qwen3vl(spec["model_dir"], with_weights=True, servable=spec.get("servable", False))
     config = load_config(spec["argv"] + [f"worker.actor.model.model_path={spec['model_dir']}"])
 
     import ray

@@ -67,11 +67,13 @@ CHAT_TEMPLATE = (
 )
 
 
-def write_tiny_qwen3vl(path: str, with_weights: bool = False) -> None:
+def write_tiny_qwen3vl(path: str, with_weights: bool = False, servable: bool = False) -> None:
     """A Qwen3-VL-style checkpoint folder built offline: a byte-level BPE tokenizer without merges (every text
     round-trips exactly, as through Qwen's tokenizer) with Qwen's special tokens, Qwen3-VL-8B's image processor
     settings (data_prep.qwen_tokens.QWEN3_VL: patch 16, merge 2), its video processor, a chat template, and a tiny
-    Qwen3VLConfig (random weights when ``with_weights``)."""
+    Qwen3VLConfig (random weights when ``with_weights``): text hidden 32 in 4 heads of 8, or, when ``servable``, the
+    product's tiny policy dimensions (reward/tiny_policy.py: heads of 32, which vLLM's CPU attention serves), so the
+    adapter EasyR1's fit trains on it loads into the vLLM tier."""
     from pathlib import Path
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -79,6 +81,7 @@ def write_tiny_qwen3vl(path: str, with_weights: bool = False) -> None:
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
     from data_prep.qwen_tokens import QWEN3_VL
+    from reward.tiny_policy import TEXT, VISION
 
     if (Path(path) / "config.json").exists():
         return
@@ -115,29 +118,17 @@ def write_tiny_qwen3vl(path: str, with_weights: bool = False) -> None:
     Path(path).mkdir(parents=True, exist_ok=True)
     processor.save_pretrained(path)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL}
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=8,
+                rope_scaling={"rope_type": "default", "mrope_section": [2, 1, 1], "mrope_interleaved": True})  # fmt: skip
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=32,
+                  patch_size=QWEN3_VL.patch_size, spatial_merge_size=QWEN3_VL.merge_size, temporal_patch_size=2,
+                  num_position_embeddings=64, deepstack_visual_indexes=[1])  # fmt: skip
+    if servable:
+        text, vision = dict(TEXT), dict(VISION)
     config = Qwen3VLConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=8,
-            rope_scaling={"rope_type": "default", "mrope_section": [2, 1, 1], "mrope_interleaved": True},
-        ),
-        vision_config=dict(
-            depth=2,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=4,
-            out_hidden_size=32,
-            patch_size=QWEN3_VL.patch_size,
-            spatial_merge_size=QWEN3_VL.merge_size,
-            temporal_patch_size=2,
-            num_position_embeddings=64,
-            deepstack_visual_indexes=[1],
-        ),
+        text_config={**text, "vocab_size": len(tokenizer)},
+        vision_config=vision,
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],

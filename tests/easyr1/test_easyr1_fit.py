@@ -121,15 +121,16 @@ def candidates(out: Path) -> list[dict]:
 
 
 def fit(tmp: Path, out: Path, ckpt: Path, metrics: Path, model_dir: Path, *extra: str,
-        script: list[dict] | None = None, timeout: float = 600):  # fmt: skip
-    """One trainer process (drive_fit.py) on the launch's trainer arguments plus SCALE plus ``extra``."""
+        script: list[dict] | None = None, timeout: float = 600, servable: bool = False):  # fmt: skip
+    """One trainer process (drive_fit.py) on the launch's trainer arguments plus SCALE plus ``extra``; ``servable``:
+    the tiny model (made when ``model_dir`` has none) has dimensions vLLM serves."""
     from tests.easyr1.test_easyr1_config import launch_trainer_command
 
     _, argv = launch_trainer_command(tmp)
     argv = [a for a in argv if not a.startswith("trainer.save_checkpoint_path=")]
     argv += [f"trainer.save_checkpoint_path={ckpt}", *SCALE, *extra]
     spec = tmp / "spec.json"
-    spec.write_text(json.dumps({"argv": argv, "model_dir": str(model_dir)}))
+    spec.write_text(json.dumps({"argv": argv, "model_dir": str(model_dir), "servable": servable}))
     log = tmp / "worker.jsonl"
     env = easyr1_env(
         QUOTECITE_DATA_DIR=str(out),

@@ -12,6 +12,7 @@ uses a server fails, the tail of that server's log is added to the report.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -193,3 +194,19 @@ def pytest_runtest_makereport(item, call):
         for name, srv in _SERVERS.items():
             if name in getattr(item, "fixturenames", ()) or f"{name}_server" in getattr(item, "fixturenames", ()):
                 report.sections.append((f"vLLM {name} log (tail)", srv.tail()))
+
+
+def write_sample_gold(cached, path: Path, n: int = 2) -> Path:
+    """A gold file of the first ``n`` questions of the project's sample document (``cached``: its block cache), each
+    question's evidence boxes the blocks holding its facts; for ``eval infer`` / ``resolve`` / ``score``."""
+    from data_prep.sample import SAMPLE_FACTS
+
+    gold = []
+    for i, qa in enumerate(SAMPLE_FACTS.qa[:n]):
+        blocks = [next(b for b in cached.blocks if f.text[:30] in b.text) for f in SAMPLE_FACTS.evidence(qa)]
+        boxes = [[b.page, *b.bbox] for b in blocks]
+        gold.append({"index": i, "doc_key": cached.key, "question": qa.question, "answer": qa.answer,
+                     "language": "en", "qtype": "Factual Retrieval", "gt_necessary": boxes, "gt_all": boxes,
+                     "gt_types": ["text"] * len(boxes)})  # fmt: skip
+    path.write_text("".join(json.dumps(g) + "\n" for g in gold))
+    return path

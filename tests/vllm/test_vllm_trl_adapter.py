@@ -14,7 +14,7 @@ import pytest
 
 from core.cli import main as cli_main
 from eval.__main__ import COMMANDS
-from tests.vllm.conftest import CPU_MEMORY_SHARE, VLLM_PY
+from tests.vllm.conftest import CPU_MEMORY_SHARE, VLLM_PY, write_sample_gold
 from tests.vllm.test_vllm_infer import INFER_DEADLINE_S, _run_with_deadline, _tail
 
 pytestmark = pytest.mark.vllm
@@ -27,7 +27,6 @@ def trained(checkpoints, sample_pdf, tmp_path_factory):
     from data_prep.cache import build_cache
     from data_prep.encoders import get_encoder
     from data_prep.parsers import get_parser
-    from data_prep.sample import SAMPLE_FACTS
     from quotecite.trl_demo import DemoSettings, trl_run, write_sample_set
     from reward.trl_train import train
 
@@ -37,16 +36,7 @@ def trained(checkpoints, sample_pdf, tmp_path_factory):
     write_sample_set(cached, root / "data", s.questions, s.max_pixels)
     run = trl_run(cached, root / "data", checkpoints["policy"], root / "run", s, quiet=True)
     result = train(run)
-    gold = []
-    for i, qa in enumerate(SAMPLE_FACTS.qa[:2]):
-        facts = SAMPLE_FACTS.evidence(qa)
-        blocks = [next(b for b in cached.blocks if f.text[:30] in b.text) for f in facts]
-        boxes = [[b.page, *b.bbox] for b in blocks]
-        gold.append({"index": i, "doc_key": cached.key, "question": qa.question, "answer": qa.answer,
-                     "language": "en", "qtype": "Factual Retrieval", "gt_necessary": boxes, "gt_all": boxes,
-                     "gt_types": ["text"] * len(boxes)})  # fmt: skip
-    gold_path = root / "gold.jsonl"
-    gold_path.write_text("".join(json.dumps(g) + "\n" for g in gold))
+    gold_path = write_sample_gold(cached, root / "gold.jsonl")
     return {"cache": cached, "gold": gold_path, "run": root / "run", "result": result}
 
 
