@@ -116,7 +116,7 @@ def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
                 records[step]["train_batch"] = {k: v for k, v in row.items() if k not in ("batch", "time")}
         for row in c_rows:
             step = row.get("step")
-            body = {k: v for k, v in row.items() if k != "step"}
+            body = {k: v for k, v in row.items() if k not in ("step", "time")}  # the reward stamps each line's time
             if isinstance(step, int) and step in records:
                 records[step]["reward_counters"] = deep_merge(records[step].get("reward_counters", {}), body)
             elif not isinstance(step, int):

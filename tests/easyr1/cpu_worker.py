@@ -32,6 +32,11 @@ What differs from the GPU worker, exactly:
   (``compute_values`` / ``update_critic`` raise: the recipe is GRPO).
 - ``$CPU_WORKER_LOG`` (optional): one JSON line per event (init, generate, update, save, load with the check that
   the adapter in the model equals the saved ``adapter_model.safetensors``), for the tests to read.
+- ``$CPU_WORKER_GATE`` (optional, for the local-Slurm chain tests): a file holding an integer K; every
+  ``generate_sequences`` (training and validation) waits, polling, until K >= the step it generates for, i.e. the
+  checkpoint step it resumed from plus the updates it made plus 1 (the stand-in trainer's
+  ``QUOTECITE_STANDIN_GATE``, on the real loop). So a test decides where a job stands when it requeues it or takes a
+  server away, whatever the machine's speed.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from verl.workers.fsdp_workers import FSDPWorker
 
 CANDIDATES_ENV = "CPU_WORKER_CANDIDATES"
 LOG_ENV = "CPU_WORKER_LOG"
+GATE_ENV = "CPU_WORKER_GATE"
 GEN_SEED = 1234
 
 
@@ -169,6 +175,7 @@ class CPUWorker(CPUWorkerBase):
         self._lora_rank = config.actor.model.lora.rank
         self._is_lora = self._lora_rank > 0
         self._gen_calls = 0
+        self._resumed_step = self._updates = 0  # the step gate's count ($CPU_WORKER_GATE)
         if self._has_actor:  # FSDPWorker._init_dist_mesh's batch-size normalisation, without the meshes
             from verl.workers.sharding_manager.fsdp_ulysses import FSDPUlyssesShardingManager
 
@@ -346,6 +353,9 @@ class CPUWorker(CPUWorkerBase):
                 "adapter_equal": saved.keys() == now.keys() and all(torch.equal(saved[k], now[k]) for k in saved),
                 "adapter_nonzero_B": sum(int(v.abs().sum() > 0) for k, v in now.items() if "lora_B" in k),
             }
+        # --- the step gate's count ($CPU_WORKER_GATE): EasyR1 loads global_step_N/actor
+        step = os.path.basename(os.path.dirname(os.path.normpath(path))).removeprefix("global_step_")
+        self._resumed_step = int(step) if step.isdigit() else 0
         _log("load_checkpoint", path=path, **check)
 
     # ------------------------------------------------------------------------------------------------ rollout
@@ -364,10 +374,30 @@ class CPUWorker(CPUWorkerBase):
         with open(path, encoding="utf-8") as f:
             return json.load(f)
 
+    def _wait_at_gate(self) -> None:
+        """$CPU_WORKER_GATE (module docstring): wait until the gate file allows the step this generation is for."""
+        gate = os.getenv(GATE_ENV)
+        if not gate:
+            return
+        step, announced = self._resumed_step + self._updates + 1, False
+        while True:
+            try:
+                with open(gate, encoding="utf-8") as f:
+                    allowed = int(f.read().strip() or "0")
+            except (OSError, ValueError):  # missing, or caught half-written
+                allowed = 0
+            if allowed >= step:
+                return
+            if not announced:
+                _log("gate_wait", step=step, allowed=allowed)
+                announced = True
+            time.sleep(0.1)
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto):
         from verl.utils.dataset import process_image
 
+        self._wait_at_gate()
         eos = self.generation_config.eos_token_id if self.generation_config is not None else None
         pad = self.generation_config.pad_token_id if self.generation_config is not None else None
         prompts.meta_info.update(eos_token_id=eos if eos is not None else self.tokenizer.eos_token_id,
@@ -451,6 +481,7 @@ class CPUWorker(CPUWorkerBase):
         self._process_multi_modal_inputs(data)
         started = time.perf_counter()
         metrics = self.actor.update_policy(data=data)
+        self._updates += 1
         metrics["perf/cpu_memory_used_gb"] = psutil.virtual_memory().used / (1024**3)
         metrics["actor/lr"] = self.lr_scheduler.get_last_lr()[0]
         self.lr_scheduler.step()

@@ -268,7 +268,7 @@ class Trainer:
         self.start_step = self.step
         print(f"Total training steps: {self.max_steps}; starting at {self.step}", flush=True)
         if self.val_before_train:
-            self.log({"val": {"overall": 0.5}}, self.step)
+            self.log({"val": {"reward_score": 0.5, "overall_reward": 0.5}}, self.step)  # EasyR1's _validate keys
         saved = True
         while self.step < self.max_steps:
             self.wait_for_gate(self.step + 1)
