@@ -538,13 +538,7 @@ def plan_from_recipe(
     judge_replicas: int = 1,
 ) -> RecipePlan:
     """Read the recipe (and EasyR1 ``key=value`` overrides) and estimate memory and checkpoint size for it."""
-    try:
-        recipe = load_recipe(path, overrides or [])
-    except RecipeError as e:
-        raise InputError(str(e)) from None
-    model = dig(recipe, "worker.actor.model.model_path")
-    if not isinstance(model, str) or not model:
-        raise InputError(f"recipe {path}: no worker.actor.model.model_path")
+    recipe, model = budget_gpu.load_policy_recipe(path, overrides)
     params, source = model_params(model, params_b)
     rank = _num(recipe, "worker.actor.model.lora.rank", 0) or 0
     lora = 0

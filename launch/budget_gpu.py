@@ -400,9 +400,9 @@ def _get(recipe: dict, key: str, default: Any, kind=int) -> Any:
         raise InputError(f"recipe {key}={v!r}: expected {kind.__name__}") from None
 
 
-def read_recipe(path: str | Path, overrides: list[str] | None = None, world: int | None = None) -> GpuRecipe:
-    """The recipe's lengths, batch sizes and switches (with EasyR1 ``key=value`` overrides); ``world`` replaces
-    ``trainer.n_gpus_per_node x trainer.nnodes``. :class:`InputError` when the policy's shapes are unknown."""
+def load_policy_recipe(path: str | Path, overrides: list[str] | None = None) -> tuple[dict, str]:
+    """The recipe with EasyR1 ``key=value`` overrides applied, and its policy model
+    (``worker.actor.model.model_path``); :class:`InputError` naming the recipe otherwise."""
     try:
         r = load_recipe(path, overrides or [])
     except RecipeError as e:
@@ -410,6 +410,13 @@ def read_recipe(path: str | Path, overrides: list[str] | None = None, world: int
     model = dig(r, "worker.actor.model.model_path")
     if not isinstance(model, str) or not model:
         raise InputError(f"recipe {path}: no worker.actor.model.model_path")
+    return r, model
+
+
+def read_recipe(path: str | Path, overrides: list[str] | None = None, world: int | None = None) -> GpuRecipe:
+    """The recipe's lengths, batch sizes and switches (with EasyR1 ``key=value`` overrides); ``world`` replaces
+    ``trainer.n_gpus_per_node x trainer.nnodes``. :class:`InputError` when the policy's shapes are unknown."""
+    r, model = load_policy_recipe(path, overrides)
     shape = model_shape(model)
     if shape is None:
         raise InputError(f"model {model!r}: its shapes are unknown (known: {', '.join(KNOWN_SHAPES)}); point "

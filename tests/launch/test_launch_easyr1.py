@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 
 from tests.easyr1.conftest import EASYR1_PY, EASYR1_READY
+from tests.easyr1.test_easyr1_fit import SCALE as FIT_SCALE
 from tests.launch.test_launch import FINAL, REPO, Run, T, show_job
 from tests.support.slurm import slurm_reason, wait_for
 
@@ -56,35 +57,15 @@ N = 4  # group size (the recipe: 5)
 SBATCH = "--cpus-per-task=2 --mem=8G --time=00:20:00 --signal=B:USR1@1"
 # the easyr1 tier's scale (test_easyr1_fit.py SCALE) as EasyR1 overrides of the job; the launch sets the GPUs
 # (QUOTECITE_TRAIN_GPUS_PER_NODE), max_steps and the checkpoint folder itself
-SCALE = [
-    "data.rollout_batch_size=2",
-    f"data.format_prompt={REPO / 'tests' / 'easyr1' / 'fit_prompt.jinja'}",
-    "data.max_prompt_length=1400",
-    "data.max_response_length=96",
-    "data.filter_overlong_prompts=false",
-    "data.shuffle=false",
-    f"worker.rollout.n={N}",
-    "worker.actor.global_batch_size=2",
-    "worker.actor.micro_batch_size_per_device_for_update=4",
-    "worker.actor.micro_batch_size_per_device_for_experience=8",
-    "worker.actor.model.enable_gradient_checkpointing=false",
-    "worker.actor.padding_free=false",
-    "worker.actor.dynamic_batching=false",
-    "worker.actor.model.lora.rank=4",
-    "worker.actor.model.lora.alpha=8",
-    "worker.actor.optim.lr=1.0e-2",
-    "worker.reward.num_cpus=0",
-    "worker.reward.reward_function_kwargs.resolver=lexical",
-    "worker.reward.reward_function_kwargs.reward_form=answer_only",
-    "worker.reward.reward_function_kwargs.batch_groups=2",
-    "worker.reward.reward_function_kwargs.keep_band=[0.01,0.99]",
-    "worker.reward.reward_function_kwargs.samples_groups=4",
-    "worker.reward.reward_function_kwargs.timeout_s=3",
-    "worker.reward.reward_function_kwargs.retries=0",
-    "trainer.logger=[file]",
-    "trainer.val_freq=-1",
-    "trainer.max_try_make_batch=3",
-]
+_LAUNCH_SETS = ("trainer.n_gpus_per_node=", "trainer.save_freq=")  # the launch or the test below sets these
+_REPLACED = {  # the judge and embedder are the stand-in servers here, the reward actors ask for no CPU
+    "worker.reward.num_cpus=1": ["worker.reward.num_cpus=0"],
+    "worker.reward.reward_function_kwargs.judge=lexical": [],
+    "worker.reward.reward_function_kwargs.judge_url=null": [],
+    "trainer.max_try_make_batch=3": ["worker.reward.reward_function_kwargs.timeout_s=3",
+                                     "worker.reward.reward_function_kwargs.retries=0", "trainer.max_try_make_batch=3"],
+}  # fmt: skip
+SCALE = [y for x in FIT_SCALE if not x.startswith(_LAUNCH_SETS) for y in _REPLACED.get(x, [x])]
 
 
 # --------------------------------------------------------------------------------------------- helpers

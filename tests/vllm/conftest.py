@@ -210,3 +210,19 @@ def write_sample_gold(cached, path: Path, n: int = 2) -> Path:
                      "gt_types": ["text"] * len(boxes)})  # fmt: skip
     path.write_text("".join(json.dumps(g) + "\n" for g in gold))
     return path
+
+
+def resolve_and_score(pred: Path, gold: Path, cache_dir: str, out: Path) -> dict:
+    """``eval resolve`` then ``eval score`` (lexical judge) of a predictions file; the metrics it wrote."""
+    from core.cli import main as cli_main
+    from eval.__main__ import COMMANDS
+
+    resolved = out / "resolved.jsonl"
+    argv = ["resolve", "--pred", str(pred), "--gold", str(gold), "--cache-dir", cache_dir, "--out", str(resolved)]
+    assert cli_main("eval", "", COMMANDS, argv) == 0
+    argv = ["score", "--gold", str(gold), "--pred", str(resolved), "--cache-dir", cache_dir, "--out",
+            str(out / "score"), "--judge", "lexical", "--no-report"]  # fmt: skip
+    assert cli_main("eval", "", COMMANDS, argv) == 0
+    metrics = json.loads((out / "score" / "metrics.json").read_text())
+    assert metrics, "eval score wrote no metrics"
+    return metrics

@@ -14,10 +14,8 @@ import json
 
 import pytest
 
-from core.cli import main as cli_main
-from eval.__main__ import COMMANDS
 from tests.easyr1.conftest import EASYR1_READY, run_driver
-from tests.vllm.conftest import CPU_MEMORY_SHARE, VLLM_PY, require_vllm, write_sample_gold
+from tests.vllm.conftest import CPU_MEMORY_SHARE, VLLM_PY, require_vllm, resolve_and_score, write_sample_gold
 from tests.vllm.test_vllm_infer import INFER_DEADLINE_S, _run_with_deadline, _tail
 
 pytestmark = [pytest.mark.vllm, pytest.mark.easyr1]
@@ -75,16 +73,7 @@ def test_the_adapter_easyr1_saved_is_served_by_vllm_then_resolved_and_scored(tra
     assert "lora" in log.read_text(errors="replace").lower(), "vLLM did not load the adapter"
     assert [r["index"] for r in rows] == [0, 1]
 
-    cache_dir = str(trained["cache"].path.parent)
-    resolved = tmp_path / "resolved.jsonl"
-    argv = ["resolve", "--pred", str(pred), "--gold", str(trained["gold"]), "--cache-dir", cache_dir,
-            "--out", str(resolved)]  # fmt: skip
-    assert cli_main("eval", "", COMMANDS, argv) == 0
-    out = tmp_path / "score"
-    argv = ["score", "--gold", str(trained["gold"]), "--pred", str(resolved), "--cache-dir", cache_dir,
-            "--out", str(out), "--judge", "lexical", "--no-report"]  # fmt: skip
-    assert cli_main("eval", "", COMMANDS, argv) == 0
-    assert json.loads((out / "metrics.json").read_text()), "eval score wrote no metrics"
+    resolve_and_score(pred, trained["gold"], str(trained["cache"].path.parent), tmp_path)
 
     # the prompt of question 0 as eval infer sent it, counted by EasyR1's processor and by vLLM
     from data_prep.document import Document

@@ -12,9 +12,7 @@ import json
 
 import pytest
 
-from core.cli import main as cli_main
-from eval.__main__ import COMMANDS
-from tests.vllm.conftest import CPU_MEMORY_SHARE, VLLM_PY, write_sample_gold
+from tests.vllm.conftest import CPU_MEMORY_SHARE, VLLM_PY, resolve_and_score, write_sample_gold
 from tests.vllm.test_vllm_infer import INFER_DEADLINE_S, _run_with_deadline, _tail
 
 pytestmark = pytest.mark.vllm
@@ -55,14 +53,4 @@ def test_the_trl_adapter_is_served_by_vllm_then_resolved_and_scored(trained, che
     rows = [json.loads(line) for line in pred.read_text().splitlines()]
     assert sorted(r["index"] for r in rows) == [0, 1]
 
-    cache_dir = str(trained["cache"].path.parent)
-    resolved = tmp_path / "resolved.jsonl"
-    argv = ["resolve", "--pred", str(pred), "--gold", str(trained["gold"]), "--cache-dir", cache_dir,
-            "--out", str(resolved)]  # fmt: skip
-    assert cli_main("eval", "", COMMANDS, argv) == 0
-    out = tmp_path / "score"
-    argv = ["score", "--gold", str(trained["gold"]), "--pred", str(resolved), "--cache-dir", cache_dir,
-            "--out", str(out), "--judge", "lexical", "--no-report"]  # fmt: skip
-    assert cli_main("eval", "", COMMANDS, argv) == 0
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics, "eval score wrote no metrics"
+    resolve_and_score(pred, trained["gold"], str(trained["cache"].path.parent), tmp_path)
