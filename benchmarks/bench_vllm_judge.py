@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from benchmarks.report import print_table
-from data_prep.crops import encode_png
+from data_prep.crops import PNG_OPTIONS, encode_png
 from reward.judge import JudgeRequest, JudgeSettings
 from reward.judge_http import HttpJudge
 from tests.vllm.conftest import JUDGE_MODEL, REPO, VLLM_PY, VLLM_READY, VLLMServer
@@ -84,7 +84,16 @@ def _prepare(blocks, n_requests: int, start: int) -> tuple[list[JudgeRequest], d
     over the blocks renders them at ``DPI - k``: another image, never one vLLM's multimodal cache already holds."""
     from data_prep.document import Document
 
-    cpu = {"render": 0.0, "png_before": 0.0, "png": 0.0, "base64": 0.0, "bytes_before": 0, "bytes": 0}
+    cpu = {
+        "render": 0.0,
+        "png_before": 0.0,
+        "png_rgb": 0.0,
+        "png": 0.0,
+        "base64": 0.0,
+        "bytes_before": 0,
+        "bytes_rgb": 0,
+        "bytes": 0,
+    }
     docs: dict[Path, Document] = {}
     requests = []
     try:
@@ -102,15 +111,20 @@ def _prepare(blocks, n_requests: int, start: int) -> tuple[list[JudgeRequest], d
                 buf = io.BytesIO()
                 img.save(buf, format="PNG", optimize=False)  # the encoding before data_prep.crops.PNG_OPTIONS
                 t2 = time.process_time()
+                rgb = io.BytesIO()
+                img.save(rgb, **PNG_OPTIONS)  # level 1, every crop RGB: the encoding before greyscale crops
+                t2b = time.process_time()
                 png = encode_png(img)  # as data_prep.crops.crop_pngs does
                 t3 = time.process_time()
                 base64.b64encode(png).decode("ascii")  # as the request body carries it
                 t4 = time.process_time()
                 cpu["render"] += t1 - t
                 cpu["png_before"] += t2 - t1
-                cpu["png"] += t3 - t2
+                cpu["png_rgb"] += t2b - t2
+                cpu["png"] += t3 - t2b
                 cpu["base64"] += t4 - t3
                 cpu["bytes_before"] += buf.tell()
+                cpu["bytes_rgb"] += rgb.tell()
                 cpu["bytes"] += len(png)
                 pngs.append(png)
             q = f"What does block {i} of the batch say about the table structure?"
@@ -186,10 +200,12 @@ def test_judge_client_against_vllm(judge_server, tmp_path):
             "client_cpu_ms_per_request": {
                 "render": round(1000 * prep_cpu["render"] / n, 2), "png": round(1000 * prep_cpu["png"] / n, 2),
                 "png_before": round(1000 * prep_cpu["png_before"] / n, 2),
+                "png_rgb": round(1000 * prep_cpu["png_rgb"] / n, 2),
                 "base64": round(1000 * prep_cpu["base64"] / n, 2), "score_batch": round(1000 * cpu / n, 2),
             },
             "png_kib_per_request": round(prep_cpu["bytes"] / n / 1024, 1),
             "png_kib_per_request_before": round(prep_cpu["bytes_before"] / n / 1024, 1),
+            "png_kib_per_request_rgb": round(prep_cpu["bytes_rgb"] / n / 1024, 1),
             "server_ms_per_request": {name.removeprefix("request_").removesuffix("_seconds").removesuffix(
                 "_time"): _server_ms(before, after, name) for name in METRICS},
             "wall_minus_client_cpu_ms_per_request": round(1000 * (wall - cpu) / n, 1),
@@ -217,7 +233,8 @@ def test_judge_client_against_vllm(judge_server, tmp_path):
     table = []
     for label, png, hit in (
         ("before: PNG level 6, no crop cache", c["png_before"], 0.0),
-        ("PNG level 1, every crop new", c["png"], 0.0),
+        ("PNG level 1 RGB, every crop new", c["png_rgb"], 0.0),
+        ("PNG level 1, grey crops greyscale, every crop new", c["png"], 0.0),
         *((f"PNG level 1, crop cache hit rate {h:.0%}", c["png"], h) for h in HIT_RATES),
     ):
         prep = (1 - hit) * (c["render"] + png) + c["base64"]
@@ -235,7 +252,8 @@ def test_judge_client_against_vllm(judge_server, tmp_path):
         )
     print_table(
         "client CPU per request (six crops) vs the server's time per request at concurrency 1 "
-        f"(PNG {one['png_kib_per_request_before']:.0f} KiB a request before, {one['png_kib_per_request']:.0f} KiB now)",
+        f"(PNG {one['png_kib_per_request_before']:.0f} KiB a request at level 6, {one['png_kib_per_request_rgb']:.0f} KiB "
+        f"at level 1 RGB, {one['png_kib_per_request']:.0f} KiB now)",
         ["client", "render crops", "PNG encode", "base64", "score_batch CPU", "client total", "server e2e",
          "client / server"],
         table,

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
+import functools
 import logging
 import random
+import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Sequence
 from pathlib import Path
 
 from core.errors import InputError
@@ -71,6 +74,16 @@ def run_sync(coro):
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+@functools.cache
+def tls_context():
+    """The TLS context of every judge client of the process (httpx's default: certificate checks on, the CA bundle
+    and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` as when the process first asked), made once: loading the CA bundle costs
+    some 50 ms of CPU, which a client made per batch would pay every batch."""
+    import httpx
+
+    return httpx.create_ssl_context()
 
 
 # --------------------------------------------------------------------------------------------- http judge
@@ -184,8 +197,8 @@ class HttpJudge:
         self.failure_examples: dict[str, str] = {}
         """One example message per final failure kind of the last :meth:`score_batch` call (for error reports)."""
         self.max_reply_bytes = MAX_REPLY_BYTES
-        self._usage: Counter = Counter()  # tokens the server reported during the current batch
         """Largest reply read (:data:`MAX_REPLY_BYTES`)."""
+        self._usage: Counter = Counter()  # tokens the server reported during the current batch
 
     def body(self, request: JudgeRequest) -> dict:
         """The JSON body of the chat completion request for ``request``."""
@@ -302,35 +315,53 @@ class HttpJudge:
             return scores, None
         return None, "error"  # unreachable: the loop returns on its last attempt
 
-    async def ascore_batch(self, requests: Sequence[JudgeRequest]) -> list[JudgeScores | None]:
-        """Score ``requests`` concurrently; one entry per request, None where judging failed."""
+    def _client(self):
+        """The HTTP client of one batch: ``concurrency`` connections, the call deadline, the judge's TLS context."""
         import httpx
 
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(self.timeout_s), verify=tls_context())
+
+    async def ascore_stream(self, requests: AsyncIterable[JudgeRequest]) -> list[JudgeScores | None]:
+        """Score requests as they arrive from ``requests``: one batch whose requests come over time. Each distinct
+        request is sent as soon as it arrives (an identical one is sent once), under the limit of requests in flight,
+        with the retries and deadline of each call; once ``requests`` is exhausted and every call is done, the outage
+        rule (module docstring) applies to the whole batch. One entry per request in arrival order, None where
+        judging failed; :attr:`stats` counts the batch. :meth:`ascore_batch` is this over a list; :meth:`stream`
+        feeds it from sync code."""
         t0 = time.perf_counter()
-        stats = JudgeStats(requests=len(requests))
+        stats = JudgeStats()
         unique: dict[str, int] = {}
-        slot = []
+        slot: list[int] = []
         firsts: list[JudgeRequest] = []
-        for r in requests:
-            k = r.key()
-            if k not in unique:
-                unique[k] = len(firsts)
-                firsts.append(r)
-            slot.append(unique[k])
-        stats.sent = len(firsts)
-        stats.deduplicated = len(requests) - len(firsts)
+        calls: list[asyncio.Future] = []
         self.failure_examples = {}
         self._usage = Counter()
-        results: list[JudgeScores | None] = []
-        if firsts:
-            sem = asyncio.Semaphore(self.concurrency)
-            limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-            timeout = httpx.Timeout(self.timeout_s)
-            async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-                pairs = list(await asyncio.gather(*(self._one(client, sem, r, stats) for r in firsts)))
-                if self.outage_s is not None:
-                    await self._wait_out_outages(client, sem, firsts, pairs, stats)
-            results = [sc for sc, _ in pairs]
+        sem = asyncio.Semaphore(self.concurrency)
+        pairs: list = []
+        async with contextlib.AsyncExitStack() as stack:
+            client = None
+            try:
+                async for r in requests:
+                    stats.requests += 1
+                    k = r.key()
+                    if k not in unique:
+                        if client is None:  # made at the first request: an empty batch opens no connection
+                            client = await stack.enter_async_context(self._client())
+                        unique[k] = len(firsts)
+                        firsts.append(r)
+                        calls.append(asyncio.ensure_future(self._one(client, sem, r, stats)))
+                    slot.append(unique[k])
+                stats.sent = len(firsts)
+                stats.deduplicated = stats.requests - len(firsts)
+                pairs = list(await asyncio.gather(*calls))
+            except BaseException:
+                for c in calls:
+                    c.cancel()
+                raise
+            if firsts and self.outage_s is not None:
+                await self._wait_out_outages(client, sem, firsts, pairs, stats)
+        results = [sc for sc, _ in pairs]
         stats.wall_s = time.perf_counter() - t0
         stats.prompt_tokens, stats.completion_tokens = self._usage["prompt_tokens"], self._usage["completion_tokens"]
         self.stats = stats
@@ -348,6 +379,19 @@ class HttpJudge:
                 self.failure_examples.get("unparseable", "")[:120],
             )  # fmt: skip
         return [results[i] for i in slot]
+
+    async def ascore_batch(self, requests: Sequence[JudgeRequest]) -> list[JudgeScores | None]:
+        """Score ``requests`` concurrently; one entry per request, None where judging failed."""
+
+        async def each():
+            for r in requests:
+                yield r
+
+        return await self.ascore_stream(each())
+
+    def stream(self) -> JudgeStream:
+        """A :class:`JudgeStream` of this judge: requests submitted from sync code, each sent as it is submitted."""
+        return JudgeStream(self)
 
     async def _wait_out_outages(self, client, sem, firsts, pairs: list, stats: JudgeStats) -> None:
         """Re-send the outage-failed requests of ``pairs`` (in place) while the batch is in an outage (module
@@ -392,3 +436,83 @@ class HttpJudge:
     def score_batch(self, requests: Sequence[JudgeRequest]) -> list[JudgeScores | None]:
         """Sync wrapper of :meth:`ascore_batch` (safe whether or not an event loop runs in this thread)."""
         return run_sync(self.ascore_batch(list(requests)))
+
+
+_END = object()
+
+
+class JudgeStream:
+    """One batch of an :class:`HttpJudge` whose requests are submitted from sync code while they are made.
+
+    Each request leaves on :meth:`submit` (from an event loop in a thread of its own, started at the first one)
+    while the caller makes the next; :meth:`finish` returns the scores in submission order. It is
+    :meth:`HttpJudge.ascore_stream`: the same de-duplication, limit of requests in flight, retries, deadlines,
+    outage rule over the whole batch and counters in ``judge.stats`` as one :meth:`HttpJudge.score_batch` call over
+    the same requests. With nothing submitted, :meth:`finish` returns ``[]`` and the judge is not called.
+
+    >>> stream = HttpJudge("http://127.0.0.1:9/v1", "judge-model").stream()
+    >>> stream.finish()
+    []
+    """
+
+    def __init__(self, judge: HttpJudge) -> None:
+        self.judge = judge
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue | None = None
+        self._thread: threading.Thread | None = None
+        self._task: asyncio.Task | None = None
+        self._result: list | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, request: JudgeRequest) -> None:
+        """Send ``request`` (after an identical one already submitted: counted, not sent again)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._queue = asyncio.Queue()
+            self._task = self._loop.create_task(self.judge.ascore_stream(self._requests()))
+            self._thread = threading.Thread(target=self._serve, name="judge-stream", daemon=True)
+            self._thread.start()
+        self._send(self._queue.put_nowait, request)
+
+    async def _requests(self):
+        while (r := await self._queue.get()) is not _END:
+            yield r
+
+    def _send(self, fn, *args) -> None:
+        """``fn(*args)`` in the stream's loop; nothing once the loop has ended (:meth:`finish` raises its error)."""
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: its task ended early
+            pass
+
+    def _serve(self) -> None:
+        """The stream's thread: runs the batch's task, then closes its loop as :func:`asyncio.run` does."""
+        loop = self._loop
+        try:
+            self._result = loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            self._error = RuntimeError("judge stream cancelled")
+        except BaseException as e:  # handed to the caller by finish()
+            self._error = e
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()
+
+    def finish(self) -> list[JudgeScores | None]:
+        """The scores of every submitted request, in order (raises what the judge raised)."""
+        if self._loop is None:
+            return []
+        self._send(self._queue.put_nowait, _END)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def close(self) -> None:
+        """Stop the stream if :meth:`finish` was not reached (the caller raised): requests in flight are dropped."""
+        if self._thread is not None and self._thread.is_alive():
+            self._send(self._task.cancel)
+            self._thread.join()

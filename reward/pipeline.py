@@ -64,6 +64,7 @@ import os
 import threading
 import time
 from collections import Counter, OrderedDict, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -528,9 +529,10 @@ class RewardScorer:
         """A formula over the judge's scores: resolve the quotes, crop the cited blocks, judge.
 
         A pipeline: the parseable responses go through in waves (:data:`WAVES`); each wave's quotes are embedded,
-        resolved and cropped, and each of its judge requests leaves as it is made (:class:`_JudgeStream`), so the
-        next wave is embedded while the judge answers the ones before. The requests, their order, the judge's
-        counters and every reward are those of one batch judged at the end."""
+        resolved and cropped, and each of its judge requests leaves as it is made (:class:`_JudgeStream`); the next
+        wave is embedded (in a thread of its own) while this one is resolved, cropped and sent and while the judge
+        answers the ones before. The encoder calls, the requests, their order, the judge's counters and every reward
+        are those of one batch judged at the end."""
         cfg = self.config
         live = [it for it in items if it.parsed.ok]
         uses_encoder = resolver_uses_encoder(cfg.resolver)
@@ -540,9 +542,19 @@ class RewardScorer:
         stream = _JudgeStream(self.judge)
         docs = _OpenDocs()
         t_judge = None
+        waves = list(_waves(live))
+        # The quotes of the next wave are embedded in a thread of their own while this wave is resolved, cropped and
+        # sent: the same encoder calls, in the same order, as one wave after the other.
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="reward-embed")
+
+        def embed(wave: list[_Item]) -> dict[str, MemoEncoder]:
+            return self._embed_quotes(wave, stats, facades) if uses_encoder else {}
+
         try:
-            for wave in _waves(live):
-                encoders = self._embed_quotes(wave, stats, facades) if uses_encoder else {}
+            coming = ahead.submit(embed, waves[0]) if waves else None
+            for k, wave in enumerate(waves):
+                encoders = coming.result()
+                coming = ahead.submit(embed, waves[k + 1]) if k + 1 < len(waves) else None
                 self._resolve(wave, encoders, stats)
                 t0 = time.perf_counter()
                 if self.needs_crops:
@@ -576,6 +588,7 @@ class RewardScorer:
                 scores = [None] * len(judged)
                 stats.judge = JudgeStats(requests=len(judged), failures=Counter({"error": len(judged)}))
         finally:
+            ahead.shutdown(wait=False, cancel_futures=True)  # done already unless this batch raised
             stream.close()
             docs.close()
         for it, s in zip(judged, scores, strict=True):
@@ -869,26 +882,18 @@ class _OpenDocs:
             doc.close()
 
 
-_END = object()
-
-
 class _JudgeStream:
     """One batch of judge requests, sent as they are made.
 
-    With the HTTP judge (:class:`reward.judge_http.HttpJudge`) each request leaves on :meth:`submit`, from an event
-    loop in a thread of its own, while the caller makes the next ones; :meth:`finish` returns the scores in
-    submission order. It is :meth:`HttpJudge.ascore_batch <reward.judge_http.HttpJudge.ascore_batch>` with its
-    requests arriving over time: the same de-duplication (an identical request is sent once), the same limit of
-    requests in flight, retries and per-request deadlines (the judge's own calls), the same outage rule over the
-    whole batch once every request is in (its own wait), and the same counters in ``judge.stats``. Any other judge
-    gets its requests in one :meth:`score_batch` call from :meth:`finish`."""
+    An HTTP judge that keeps its batch call (:class:`reward.judge_http.HttpJudge`) gets each request on
+    :meth:`submit` through its public :meth:`~reward.judge_http.HttpJudge.stream` (the same de-duplication, limit of
+    requests in flight, retries, outage rule and counters as one batch call); any other judge gets the requests in
+    one :meth:`score_batch` call from :meth:`finish`. :meth:`finish` returns the scores in submission order."""
 
     def __init__(self, judge) -> None:
         self.judge = judge
         self.requests: list[JudgeRequest] = []
-        self._loop = self._thread = self._task = None
-        self._result: list | None = None
-        self._error: BaseException | None = None
+        self._stream = judge.stream() if self.streams(judge) else None
 
     @staticmethod
     def streams(judge) -> bool:
@@ -904,109 +909,19 @@ class _JudgeStream:
 
     def submit(self, request: JudgeRequest) -> None:
         self.requests.append(request)
-        if not self.streams(self.judge):
-            return
-        if self._loop is None:
-            import asyncio
-
-            self._loop = asyncio.new_event_loop()
-            self._queue = asyncio.Queue()
-            self._task = self._loop.create_task(self._run())
-            self._thread = threading.Thread(target=self._serve, name="reward-judge", daemon=True)
-            self._thread.start()
-        self._send(self._queue.put_nowait, request)
-
-    def _send(self, fn, *args) -> None:
-        """``fn(*args)`` in the stream's loop; nothing once the loop has ended (:meth:`finish` raises its error)."""
-        try:
-            self._loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: its task ended early
-            pass
-
-    def _serve(self) -> None:
-        """The stream's thread: runs the batch's task, then closes its loop as :func:`asyncio.run` does."""
-        import asyncio
-
-        loop = self._loop
-        try:
-            self._result = loop.run_until_complete(self._task)
-        except asyncio.CancelledError:
-            self._error = RuntimeError("judge stream cancelled")
-        except BaseException as e:  # handed to the caller by finish()
-            self._error = e
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(loop.shutdown_default_executor())
-            finally:
-                loop.close()
+        if self._stream is not None:
+            self._stream.submit(request)
 
     def finish(self) -> list[JudgeScores | None]:
         """The scores of every submitted request, in order (raises what the judge raised)."""
-        if self._loop is None:
-            return self.judge.score_batch(self.requests) if self.requests else []
-        self._send(self._queue.put_nowait, _END)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._result
+        if self._stream is not None:
+            return self._stream.finish()
+        return self.judge.score_batch(self.requests) if self.requests else []
 
     def close(self) -> None:
         """Stop the stream if :meth:`finish` was not reached (the batch raised): requests in flight are dropped."""
-        if self._thread is not None and self._thread.is_alive():
-            self._send(self._task.cancel)
-            self._thread.join()
-
-    async def _run(self) -> list[JudgeScores | None]:
-        """:meth:`HttpJudge.ascore_batch` over the requests of the queue (see the class docstring)."""
-        import asyncio
-
-        import httpx
-
-        judge = self.judge
-        t0 = time.perf_counter()
-        stats = JudgeStats()
-        unique: dict[str, int] = {}
-        slot: list[int] = []
-        firsts: list[JudgeRequest] = []
-        calls: list[asyncio.Task] = []
-        judge.failure_examples = {}
-        judge._usage = Counter()
-        sem = asyncio.Semaphore(judge.concurrency)
-        limits = httpx.Limits(max_connections=judge.concurrency, max_keepalive_connections=judge.concurrency)
-        async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(judge.timeout_s)) as client:
-            try:
-                while (r := await self._queue.get()) is not _END:
-                    stats.requests += 1
-                    k = r.key()
-                    if k not in unique:
-                        unique[k] = len(firsts)
-                        firsts.append(r)
-                        calls.append(asyncio.ensure_future(judge._one(client, sem, r, stats)))
-                    slot.append(unique[k])
-                stats.sent = len(firsts)
-                stats.deduplicated = stats.requests - len(firsts)
-                pairs = list(await asyncio.gather(*calls))
-            except BaseException:
-                for c in calls:
-                    c.cancel()
-                raise
-            if judge.outage_s is not None:
-                await judge._wait_out_outages(client, sem, firsts, pairs, stats)
-        results = [sc for sc, _ in pairs]
-        stats.wall_s = time.perf_counter() - t0
-        stats.prompt_tokens = judge._usage["prompt_tokens"]
-        stats.completion_tokens = judge._usage["completion_tokens"]
-        judge.stats = stats
-        judge.total.add(stats)
-        for kind, what in (
-            ("truncated", "were cut at max_tokens before a score"),
-            ("unparseable", "held no parseable score"),
-        ):
-            if stats.failures.get(kind):
-                log.warning("judge: %d of %d replies %s; e.g. %s", stats.failures[kind], stats.sent, what,
-                            judge.failure_examples.get(kind, "")[:120])  # fmt: skip
-        return [results[i] for i in slot]
+        if self._stream is not None:
+            self._stream.close()
 
 
 def _context(it: _Item) -> str:

@@ -9,7 +9,7 @@ import io
 import pytest
 from PIL import Image
 
-from data_prep.crops import CropCache, CropStats, crop_key, crop_pngs, encode_png, shared_crop_cache
+from data_prep.crops import CropCache, CropStats, crop_key, crop_pngs, decoded_rgb, encode_png, shared_crop_cache
 from reward.pipeline import RewardScorer
 from reward.resolve import resolve_quotes
 from tests.reward.test_reward_pipeline import EN, ROW, gt, http_config, inp
@@ -47,8 +47,15 @@ def test_the_encoding_keeps_every_pixel_the_judge_sees(cache):
             img = doc.crop(c.page, c.bbox, dpi=150)
             png = encode_png(img)
             back = Image.open(io.BytesIO(png))
-            assert png.startswith(b"\x89PNG\r\n\x1a\n") and back.format == "PNG"
-            assert (back.mode, back.size) == (img.mode, img.size) and back.tobytes() == img.tobytes()
+            assert png.startswith(b"\x89PNG\r\n\x1a\n") and back.format == "PNG" and back.size == img.size
+            assert back.mode == "L"  # black text on white: every pixel grey, sent as greyscale
+            assert decoded_rgb(png).tobytes() == img.tobytes()  # what the server converts it to: the rendered pixels
+            assert back.convert("RGB").tobytes() == img.tobytes()
+            colour = img.copy()
+            colour.putpixel((0, 0), (200, 30, 30))  # one pixel not grey: the crop stays RGB
+            rgb = encode_png(colour)
+            assert Image.open(io.BytesIO(rgb)).mode == "RGB" and decoded_rgb(rgb).tobytes() == colour.tobytes()
+            assert len(png) < len(rgb)
     assert encode_png(img) == png  # the same pixels always give the same bytes
 
 

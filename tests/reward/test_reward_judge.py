@@ -278,6 +278,78 @@ def test_identical_requests_are_sent_once():
     assert (j.stats.requests, j.stats.sent, j.stats.deduplicated) == (8, 4, 4)
 
 
+def test_a_stream_sends_each_request_as_it_is_submitted_and_counts_as_one_batch():
+    """The first request reaches the server before the second is submitted; the scores, their order and the
+    counters are those of one score_batch call over the same requests (an identical request sent once)."""
+    first_seen = threading.Event()
+
+    def handler(path, body, n):
+        first_seen.set()
+        return scores_reply(len(between(user_text(body), "model_answer")) % 6, 1, 1)
+
+    answers = ["a", "bb", "a", "ccc"]
+    with ScriptedOpenAIServer(handler=handler) as srv:
+        j = judge(srv)
+        stream = j.stream()
+        stream.submit(req(answers[0]))
+        assert first_seen.wait(30)  # sent on submit, not at finish
+        for a in answers[1:]:
+            stream.submit(req(a))
+        got = stream.finish()
+        streamed = j.stats.to_dict()
+        n_streamed = srv.count("/v1/chat/completions")
+        again = j.score_batch([req(a) for a in answers])
+        batched = j.stats.to_dict()
+    assert [g.answer for g in got] == [1, 2, 1, 3] and got == again
+    assert n_streamed == 3 and (streamed["requests"], streamed["sent"], streamed["deduplicated"]) == (4, 3, 1)
+    streamed.pop("wall_s"), batched.pop("wall_s")
+    assert streamed == batched
+    assert j.total.requests == 8 and j.total.sent == 6
+
+
+def test_a_stream_with_nothing_submitted_calls_nothing_and_close_drops_requests_in_flight():
+    release = threading.Event()
+
+    def handler(path, body, n):
+        release.wait(30)
+        return scores_reply(3, 3, 3)
+
+    with ScriptedOpenAIServer(handler=handler) as srv:
+        j = judge(srv, timeout_s=60.0)
+        assert j.stream().finish() == [] and srv.count("/v1/chat/completions") == 0
+        stream = j.stream()
+        stream.submit(req())
+        stream.close()  # the caller gave up before finish: the stream's thread ends, its request dropped
+        release.set()
+        with pytest.raises(RuntimeError, match="cancelled"):  # not the scores: the batch ended at close
+            stream.finish()
+
+
+def test_every_judge_client_of_the_process_shares_one_tls_context(monkeypatch):
+    import httpx
+
+    from reward import judge_http
+
+    made = []
+    create = httpx.create_ssl_context
+
+    def counting(*args, **kwargs):
+        made.append(1)
+        return create(*args, **kwargs)
+
+    judge_http.tls_context.cache_clear()
+    monkeypatch.setattr(httpx, "create_ssl_context", counting)
+    try:
+        with ScriptedOpenAIServer() as srv:
+            for _ in range(2):  # two judges, two batches each: one context loaded
+                j = judge(srv)
+                assert j.score_batch([req()]) == [JudgeScores(4, 4, 4)]
+                assert j.score_batch([req("other")]) == [JudgeScores(4, 4, 4)]
+    finally:
+        judge_http.tls_context.cache_clear()
+    assert len(made) == 1
+
+
 def test_score_batch_works_inside_a_running_event_loop():
     with ScriptedOpenAIServer() as srv:
         j = judge(srv)
