@@ -17,6 +17,7 @@
 #   sbatch --nodes=3 --gpus-per-node=1 -p gpu -A lab launch/grpo_8b.sh   # any allocation with enough GPUs
 #   bash launch/grpo_8b.sh --dry-run [key=value ...]          # every step of this job, printed; runs nothing
 #   bash launch/grpo_8b.sh --help | --settings                # every setting / their resolved values
+#   sbatch launch/grpo_8b.sh --smoke                          # first GPU day: 2 steps, eval infer, measured vs budget
 #
 # --mem: `python -m launch.budget memory --recipe recipes/qwen3vl_8b_grpo.yaml` (rank 0 loads the policy in fp32 on
 # the CPU, vLLM's sleep mode keeps bf16 weights in host memory, checkpoint staging, image tensors, both servers).

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from launch import allocation, budget, budget_gpu, settings
+from launch import allocation, budget, budget_gpu, preflight, settings, smoke  # --- smoke: launch/smoke.py
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
-from launch.layout import LayoutError, device_ids, node_address, plan_from_env, position_ranges
+from launch.layout import LayoutError, device_ids, plan_from_env, position_ranges
 from launch.run_files import RunError
 from launch.runlog import (
     finish,
@@ -182,8 +182,11 @@ def check_overrides(args: list[str]) -> list[str]:
 class Job:
     """One Slurm job of a training chain (see the module docstring)."""
 
-    def __init__(self, s: settings.Settings, args: list[str], ex: Executor, environ: dict[str, str]) -> None:
+    def __init__(self, s: settings.Settings, args: list[str], ex: Executor, environ: dict[str, str],
+                 probe: preflight.Probe | None = None) -> None:  # fmt: skip
         self.s = s
+        self.probe = probe or preflight.Probe()
+        """What the pre-flight checks read from the node (:mod:`launch.preflight`; tests give their own)."""
         self.args = check_overrides(list(args))
         self.ex = ex
         self.environ = dict(environ)
@@ -217,8 +220,23 @@ class Job:
             raise InputError(str(e)) from None
         self.first = self.layout.nodes[0]
         self.multi = self.layout.multi_node
+        # --- pre-flight: node addresses, NCCL/Gloo, Ray's ports, wandb (launch/preflight.py)
+        self.preflight_notes: list[str] = []
+        self.addresses: dict[str, preflight.NodeAddress] = {}
+        if self.multi:  # a name /etc/hosts maps to loopback is never what other nodes reach
+            self.addresses = preflight.node_addresses(self.layout.nodes, preflight.this_node(env),
+                                                      s.node_addresses, self.probe)  # fmt: skip
+            self.preflight_notes += [f"node address    {a.note}" for a in self.addresses.values() if a.note]
+        self.net_env = preflight.network_env(env)
+        self.preflight_notes.append(preflight.network_note(self.net_env, self.multi))
+        self.ray_ports: preflight.RayPorts | None = None
+        if self.layout.ray:  # checked free when the job runs (on the head node: here); a dry run only derives them
+            self.ray_ports = preflight.ray_ports(self.job_id, None if self.ex.dry else self.probe.port_free)
+            self.preflight_notes.append(self.ray_ports.describe())
+        # --- end pre-flight
         if not self.ex.dry:  # every process of the job inherits it: the servers are reached directly, never by proxy
-            os.environ.update(no_proxy_env(self.layout.nodes, os.environ))
+            hosts = [*self.layout.nodes, *(a.host for a in self.addresses.values() if a.host not in self.layout.nodes)]
+            os.environ.update(no_proxy_env(hosts, os.environ))
         train_files = s.train_files or (f"{s.data_dir}/train.parquet" if s.data_dir else "")
         try:
             self.p = plan_run(self.recipe, "" if s.max_steps is None else str(s.max_steps), train_files, REPO,
@@ -248,6 +266,12 @@ class Job:
         over += [self.p[k] for k in ("format_prompt_override", "reward_fn_override", "batch_groups_override",
                                      "keep_band_override") if self.p[k]]  # fmt: skip
         self.overrides = over
+        # --- pre-flight: wandb (one wandb run for every job of the run)
+        self.wandb_env, wandb_note = preflight.wandb_env(self.run_dir, preflight.recipe_loggers(self.recipe, over[1:]),
+                                                         env)  # fmt: skip
+        if wandb_note:
+            self.preflight_notes.append(wandb_note)
+        # --- end pre-flight
         self.servers = self._server_table()
         self.cpus = allocation.srun_cpu_args(env)
 
@@ -290,7 +314,7 @@ class Job:
             role = "embed" if name == "embed" else "judge"
             here = node == self.first
             dev = device_ids([pos], self.alloc.devices, self.first)[0] if here else str(pos)
-            host = node if self.multi else "127.0.0.1"
+            host = self.addresses[node].host if self.multi else "127.0.0.1"
             where = f"{node} GPU {pos}" if self.multi else f"GPU {dev}"
             if role == "embed":
                 port, label = s.embed_port, f"embedding server ({s.embed_model} on {where})"
@@ -360,6 +384,11 @@ class Job:
             "RAY_TMPDIR": self.ray_tmp(),
             **self.software["env"],
         }
+        # --- pre-flight: NCCL_SOCKET_IFNAME, NCCL_IB_*, GLOO_SOCKET_IFNAME as the job has them; WANDB_RUN_ID and
+        # WANDB_RESUME (every job of the run into one wandb run)
+        env.update(self.net_env)
+        env.update(self.wandb_env)
+        # --- end pre-flight
         if s.cache_dir or s.data_dir:
             env["QUOTECITE_CACHE_DIR"] = str(s.cache_dir or f"{s.data_dir}/cache")
         # Several trainer nodes: EasyR1's ray.init() joins this job's cluster; one: it starts a new one of its own
@@ -437,6 +466,7 @@ class Job:
             )
         if lay.idle:
             lines.append("idle GPUs       " + "; ".join(f"{n} GPU {position_ranges(p)}" for n, p in lay.idle.items()))
+        lines += self.preflight_notes  # --- pre-flight (launch/preflight.py)
         lines.append(f"judge           {s.judge_model} at {self.judge_url()}")
         lines.append(f"embedder        {s.embed_model} at {self.embed_url()}")
         lines.append(f"stop on USR1    {s.trainer_stop} (grace {s.stop_grace:g}s); chain: stop after "
@@ -454,6 +484,12 @@ class Job:
         if self.restarts == 0:
             self._gpu_budget()
         # --- end GPU memory budget
+        # --- pre-flight: NVIDIA driver and C compiler (launch/preflight.py), before any server starts
+        if self.restarts == 0:
+            for line in preflight.check_toolchain(self.environ, str(self.software.get("torch_server", "unknown")),
+                                                  bool(self.s.env_setup), self.probe):  # fmt: skip
+                self.ex.note(line)
+        # --- end pre-flight
         models = {"policy": self.p["policy_model"], "judge": self.s.judge_model, "embedder": self.s.embed_model}
         sw = self.software
 
@@ -580,7 +616,7 @@ class Job:
         lay, s = self.layout, self.s
         ray, pos = self.software["ray"], ",".join(map(str, lay.train_positions))
         head = lay.trainer_nodes[0]
-        head_addr = node_address(head)
+        head_addr = self.addresses[head].address
         port_file = self.segment_dir / "ray.port"
         if not self.ex.dry:
             port_file.unlink(missing_ok=True)
@@ -592,7 +628,8 @@ class Job:
         cpu_args = ["--num-cpus", str(cpus)] if cpus else []
         argv = [*ray, "start", "--head", "--block", "--node-ip-address", head_addr, "--port", "{port}",
                 "--num-gpus", str(lay.train_gpus_per_node), *cpu_args, "--include-dashboard=false",
-                "--disable-usage-stats", "--temp-dir", self.ray_tmp()]  # fmt: skip
+                "--disable-usage-stats", "--temp-dir", self.ray_tmp(),
+                *(self.ray_ports.head_args() if self.ray_ports else [])]  # fmt: skip
         self.ray_procs = [(head, self.on_node("ray_0", head, pos, argv, self.segment_dir / f"ray-{head}.log", env,
                                               port_file=port_file, bind_host=head_addr,
                                               prefer_port=s.ray_port or 0))]  # fmt: skip
@@ -619,8 +656,9 @@ class Job:
         self.ex.wait("ray-head", f"wait until `{shlex.join([*ray, 'status', '--address', self.ray_address])}` "
                      "answers", head_port)  # fmt: skip
         for i, node in enumerate(lay.trainer_nodes[1:], 1):
-            argv = [*ray, "start", "--address", self.ray_address, "--block", "--node-ip-address", node_address(node),
-                    "--num-gpus", str(lay.train_gpus_per_node), *cpu_args, "--disable-usage-stats"]  # fmt: skip
+            argv = [*ray, "start", "--address", self.ray_address, "--block", "--node-ip-address",
+                    self.addresses[node].address, "--num-gpus", str(lay.train_gpus_per_node), *cpu_args,
+                    "--disable-usage-stats", *(self.ray_ports.node_args() if self.ray_ports else [])]  # fmt: skip
             self.ray_procs.append((node, self.on_node(f"ray_{i}", node, pos, argv, self.segment_dir / f"ray-{node}.log",
                                                       env)))  # fmt: skip
         self.ex.wait("ray-nodes", f"wait until `{shlex.join([*ray, 'status', '--address', self.ray_address])}` lists "
@@ -933,22 +971,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print every step of this job; run nothing")
     ap.add_argument("--steps-json", action="store_true", help="with --dry-run: the steps as JSON lines")
     ap.add_argument("--settings", action="store_true", help="print every setting's resolved value and exit")
+    ap.add_argument("--smoke", action="store_true", help="two steps, then eval infer (launch/smoke.py)")
     ap.add_argument("-h", "--help", action="store_true")
     a, rest = ap.parse_known_args(argv)
     if a.help:
         print(__doc__)
         print("usage: sbatch launch/grpo_8b.sh [key=value ...]   (EasyR1 overrides)\n"
               "       bash launch/grpo_8b.sh --dry-run [--steps-json] [key=value ...]\n"
-              "       bash launch/grpo_8b.sh --settings\n")  # fmt: skip
+              "       bash launch/grpo_8b.sh --settings\n"
+              "       sbatch launch/grpo_8b.sh --smoke [key=value ...]   (two steps in RUN_DIR/smoke/JOBID, "
+              "then eval infer; launch/smoke.py)\n")  # fmt: skip
         print(settings.render_help())
         return 0
     unknown = [x for x in rest if x.startswith("-")]
     if unknown:
-        print(f"error: unknown option {unknown[0]} (options: --dry-run, --steps-json, --settings, --help; "
+        print(f"error: unknown option {unknown[0]} (options: --dry-run, --steps-json, --settings, --smoke, --help; "
               "everything else is key=value for EasyR1)", file=sys.stderr)  # fmt: skip
         return 2
     try:
         s = settings.resolve(os.environ, REPO)
+        # --- smoke (launch/smoke.py): its own run folder, two steps, no next job, save and validate at each step
+        if a.smoke:
+            job_id = os.environ.get("SLURM_JOB_ID") or ("JOBID" if a.dry_run else f"local-{datetime.now():%Y%m%d%H%M%S}")  # fmt: skip
+            os.environ.update(smoke.environment(os.environ, Path(s.run_dir).resolve(), job_id))
+            s, rest = settings.resolve(os.environ, REPO), smoke.overrides(rest)
+            smoke.check_inputs(s, a.dry_run or a.settings)
+        # --- end smoke
         if a.settings:
             print(settings.render_resolved(s))
             return 0
@@ -959,7 +1007,17 @@ def main(argv: list[str] | None = None) -> int:
             steps = Path(s.run_dir).resolve() / "logs" / f"steps-{job_id}.jsonl"
             ex = Executor(steps)
         job = Job(s, rest, ex, dict(os.environ))
-        return job.run()
+        if not a.smoke:
+            return job.run()
+        # --- smoke: the memory sampler for the whole job; then eval infer with the saved adapter, the summary
+        sampler = smoke.start_sampler(job, ex)
+        rc = 1
+        try:
+            rc = job.run()
+        finally:
+            rc = smoke.after(job, ex, rc, sampler)
+        return rc
+        # --- end smoke
     except (InputError, RunError, JobStepError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

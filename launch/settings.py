@@ -24,6 +24,7 @@ if __name__ == "__main__" and not __package__:  # run by its path: its imports n
 
 import argparse
 import difflib
+import ipaddress
 import os
 import re
 import shlex
@@ -249,6 +250,29 @@ def node_counts(value: str) -> list[int]:
     return out
 
 
+def node_addresses(value: str) -> dict[str, str]:
+    """``node=IP`` pairs, comma-separated, each IP not a loopback one (another node could not reach it).
+
+    >>> node_addresses("gpu01=10.1.0.1, gpu02=10.1.0.2")
+    {'gpu01': '10.1.0.1', 'gpu02': '10.1.0.2'}
+    """
+    out: dict[str, str] = {}
+    for item in (x.strip() for x in _line(value, "node=IP pairs").split(",")):
+        node, sep, addr = (x.strip() for x in item.partition("="))
+        if not sep or not node or not addr:
+            raise ValueError(f"expected node=IP pairs such as gpu01=10.1.0.1 ({item!r} is not one)")
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            raise ValueError(f"{node}={addr}: {addr!r} is not an IP address") from None
+        if ip.is_loopback:
+            raise ValueError(f"{node}={addr}: a loopback address cannot be reached from the other nodes")
+        if node in out:
+            raise ValueError(f"{node} is given twice")
+        out[node] = str(ip)
+    return out
+
+
 def step_seconds(value: str) -> tuple[int, float]:
     """``STEP:SECONDS`` (a stand-in trainer pauses SECONDS in the middle of saving STEP)."""
     head, sep, tail = value.partition(":")
@@ -397,6 +421,8 @@ SETTINGS: tuple[Setting, ...] = (
        "trainer GPUs per node (default: 2 on one node, else what the first node has left)"),
     _s("NODE_GPUS", None, "count", node_counts, "layout", _L,
        "GPUs per node in Slurm's form, 8(x2),4 (default: SLURM_GPUS_ON_NODE)"),
+    _s("NODE_ADDRESSES", None, "node=IP,...", node_addresses, "layout", _L,
+       "several nodes: the IP each node is reached by (default: its name; for names /etc/hosts maps to loopback)"),
     # --- ray
     _s("RAY_CMD", None, "flags", command, "ray", _L, "the ray program (default: next to the trainer's python)"),
     _s("RAY_PORT", "6379", "port", port, "ray", _L, "the Ray head's GCS port (taken: a free one; 0: any)"),
