@@ -155,14 +155,15 @@ def handler(path, body, n):
         return Reply(json=chat_completion(content), delay=judge_s)
     if path.endswith("/embeddings") and embed_s:
         reply = srv.default_reply(path, body)
-        reply.delay = embed_s
+        reply.delay = embed_s * len(reply.json["data"])  # per text: a batched request is no faster per text
         return reply
     return None
 srv = ScriptedOpenAIServer(handler=handler, embed_dim=8)
 srv.serve_until_signal("{url}")
 """
 EMBED_DELAY_S = 0.02
-"""Seconds the scripted embedding server takes per quote (a GPU embedder's answer to one short text)."""
+"""Seconds the scripted embedding server takes per quote (a GPU embedder's answer to one short text); a request
+carrying several texts (``texts_per_request``) takes this per text, so batching saves only the per-request cost."""
 
 
 @contextlib.contextmanager

@@ -112,7 +112,7 @@ def _prepare(blocks, n_requests: int, start: int) -> tuple[list[JudgeRequest], d
                 img.save(buf, format="PNG", optimize=False)  # the encoding before data_prep.crops.PNG_OPTIONS
                 t2 = time.process_time()
                 rgb = io.BytesIO()
-                img.save(rgb, **PNG_OPTIONS)  # level 1, every crop RGB: the encoding before greyscale crops
+                img.save(rgb, **PNG_OPTIONS)  # Pillow's level 1, every crop RGB: the encoding before greyscale crops
                 t2b = time.process_time()
                 png = encode_png(img)  # as data_prep.crops.crop_pngs does
                 t3 = time.process_time()
@@ -233,9 +233,9 @@ def test_judge_client_against_vllm(judge_server, tmp_path):
     table = []
     for label, png, hit in (
         ("before: PNG level 6, no crop cache", c["png_before"], 0.0),
-        ("PNG level 1 RGB, every crop new", c["png_rgb"], 0.0),
-        ("PNG level 1, grey crops greyscale, every crop new", c["png"], 0.0),
-        *((f"PNG level 1, crop cache hit rate {h:.0%}", c["png"], h) for h in HIT_RATES),
+        ("Pillow PNG level 1 RGB, every crop new", c["png_rgb"], 0.0),
+        ("encode_png (grey as greyscale, unfiltered, zlib 1), every crop new", c["png"], 0.0),
+        *((f"encode_png, crop cache hit rate {h:.0%}", c["png"], h) for h in HIT_RATES),
     ):
         prep = (1 - hit) * (c["render"] + png) + c["base64"]
         table.append(

@@ -6,20 +6,23 @@ the PNG bytes, least recently used dropped past a bound in bytes (:data:`CROP_CA
 are byte-identical request parts (a judge server's own multimodal cache can hit on them). The document is named by
 its cache key, which is derived from the PDF's content: a crop cached under it is what that PDF renders.
 
-The encoding is PNG at zlib level 1 (:data:`PNG_OPTIONS`): lossless, so the pixels the judge decodes are the
-rendered ones, and measured on text-block crops at 150 dpi it is both faster to encode (about 0.6x the CPU of
-Pillow's default level 6) and smaller (about 0.8x the bytes) than the default; level 0 encodes faster still but is
-six times larger, which the base64 and JSON of the request and the server's reading more than pay back
-(``benchmarks/bench_vllm_judge.py`` prints the figures). A crop whose every pixel is grey (red = green = blue: most
-text blocks) is written as an 8-bit greyscale PNG: the same pixels once the server converts the image to RGB (vLLM
-and the Qwen processors do; so does :func:`decoded_rgb`), a third of the samples to filter and compress (about 0.3x
-the CPU and 0.4x the bytes of the RGB file on the fixtures' text blocks).
+The encoding is PNG, lossless, so the pixels the judge decodes are the rendered ones, written here
+(:func:`encode_png`): every row unfiltered (PNG filter type 0) and the rows deflated at zlib level 1. On the
+fixtures' text-block crops at 150 dpi that is about half the CPU of Pillow's PNG at the same level
+(:data:`PNG_OPTIONS`, which picks a filter per row by trying all five) and a few percent smaller: a text crop is
+mostly runs of one background value, which deflate finds unfiltered; level 0 would be six times larger, which the
+base64 and JSON of the request and the server's reading more than pay back (``benchmarks/bench_vllm_judge.py``
+prints the figures). A crop whose every pixel is grey (red = green = blue: most text blocks) is written as an 8-bit
+greyscale PNG: the same pixels once the server converts the image to RGB (vLLM and the Qwen processors do; so does
+:func:`decoded_rgb`), a third of the samples to compress.
 """
 
 from __future__ import annotations
 
 import io
+import struct
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -34,30 +37,47 @@ six)."""
 CROP_DPI = 150.0
 """Resolution of the crops by default, dots per inch (CiteVQA's 150)."""
 PNG_OPTIONS: dict = {"format": "PNG", "compress_level": 1}
-"""How a crop is encoded (module docstring): lossless PNG, zlib level 1."""
+"""Pillow's PNG at zlib level 1: how an image other than 8-bit RGB or greyscale is encoded (and how every crop was
+before :func:`encode_png` wrote its own; the benchmark compares the two)."""
+PNG_ZLIB_LEVEL = 1
+"""zlib level of the PNG :func:`encode_png` writes."""
 CROP_CACHE_BYTES = 256 * 1024 * 1024
 """Bound of the process's crop cache, bytes of PNG (a 150-dpi text block is some 25 KiB: about ten thousand
 crops, every crop of several GRPO steps)."""
 
 
-def _grey(img):
-    """``img`` as an 8-bit greyscale image when it is an RGB image whose every pixel is grey (red = green = blue),
-    else None."""
-    if img.mode != "RGB":
-        return None
-    a = np.asarray(img)
-    if not (np.array_equal(a[..., 0], a[..., 1]) and np.array_equal(a[..., 1], a[..., 2])):
-        return None
-    return img.getchannel("R")
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
 def encode_png(img) -> bytes:
-    """A rendered crop (a PIL image) as the PNG bytes a judge is sent (:data:`PNG_OPTIONS`): greyscale when every
-    pixel is grey (module docstring), so :func:`decoded_rgb` of the bytes is always ``img``'s RGB pixels."""
-    grey = _grey(img)
-    buf = io.BytesIO()
-    (img if grey is None else grey).save(buf, **PNG_OPTIONS)
-    return buf.getvalue()
+    """A rendered crop (a PIL image) as the PNG bytes a judge is sent: greyscale when every pixel is grey, rows
+    unfiltered, deflated at :data:`PNG_ZLIB_LEVEL` (module docstring), so :func:`decoded_rgb` of the bytes is always
+    ``img``'s RGB pixels. An image neither RGB nor greyscale is written by Pillow (:data:`PNG_OPTIONS`).
+
+    >>> img = Image.new("RGB", (3, 2), (200, 30, 30))
+    >>> png = encode_png(img)
+    >>> Image.open(io.BytesIO(png)).mode, decoded_rgb(png).tobytes() == img.tobytes()
+    ('RGB', True)
+    """
+    if img.mode not in ("RGB", "L") or not (img.width and img.height):
+        buf = io.BytesIO()
+        img.save(buf, **PNG_OPTIONS)
+        return buf.getvalue()
+    a = np.asarray(img)
+    if a.ndim == 3 and np.array_equal(a[..., 0], a[..., 1]) and np.array_equal(a[..., 1], a[..., 2]):
+        a = a[..., 0]  # every pixel grey: one sample a pixel
+    h, w = a.shape[:2]
+    rows = np.empty((h, 1 + a[0].size), np.uint8)
+    rows[:, 0] = 0  # filter type 0 (none) on every row
+    rows[:, 1:] = a.reshape(h, -1)
+    header = struct.pack(">IIBBBBB", w, h, 8, 0 if a.ndim == 2 else 2, 0, 0, 0)  # 8-bit greyscale or RGB
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(rows.tobytes(), PNG_ZLIB_LEVEL))
+        + _chunk(b"IEND", b"")
+    )
 
 
 def decoded_rgb(png: bytes):

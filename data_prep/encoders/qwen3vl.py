@@ -15,12 +15,15 @@ Two transports give the same vectors:
   batch are padded on ``padding_side`` and the final *real* token of each row is found from the attention mask,
   so either side pools the same position.
 * ``http``: a vLLM server serving the model (``vllm serve Qwen/Qwen3-VL-Embedding-2B --runner pooling``).
-  One ``POST {url}/embeddings`` per item with chat-style ``messages`` (vLLM's ``EmbeddingChatRequest``: the
+  ``POST {url}/embeddings`` with chat-style ``messages`` (vLLM's ``EmbeddingChatRequest``: the
   system instruction, then the user content with the crop as a ``data:image/png;base64`` ``image_url``) and
   ``add_generation_prompt`` set, as the model's own embedder renders its prompts (``add_special_tokens`` stays
-  at vLLM's default, false, so nothing is appended after the template); requests run concurrently up
-  to ``max_concurrency`` and are retried on 5xx, 429, timeouts and dropped connections. The answer's
-  ``data[0].embedding`` is normalised again here whatever the server did.
+  at vLLM's default, false, so nothing is appended after the template). An item with a crop is one request;
+  consecutive text-only items go up to ``texts_per_request`` in one (vLLM's ``EmbeddingBatchChatRequest``:
+  ``messages`` a list of such conversations, each rendered and pooled on its own, answered in ``data`` by
+  ``index``), so a batch's quotes cost a few requests, not one each. Requests run concurrently up
+  to ``max_concurrency`` and are retried on 5xx, 429, timeouts and dropped connections. Each answered
+  embedding is normalised again here whatever the server did.
 
 Images are prepared identically for both transports before they leave this module: crops larger than
 ``max_pixels`` are scaled down and very elongated crops are padded with white to ``max_aspect_ratio`` (the
@@ -112,6 +115,10 @@ class Qwen3VLEmbeddingSettings:
     """``transformers``: torch dtype name; ``auto`` is bfloat16 on CUDA and float32 on a CPU."""
     max_concurrency: int = 8
     """``http``: requests in flight at once."""
+    texts_per_request: int = 8
+    """``http``: text-only items (quotes, text blocks) sent together in one request, as vLLM's batched chat
+    embeddings (``messages`` a list of conversations, each rendered and pooled as if sent alone); an item with a
+    crop goes alone. 1: one request per item."""
     timeout_s: float = 120.0
     """``http``: seconds before one request is abandoned (and retried)."""
     max_retries: int = 3
@@ -134,8 +141,10 @@ class Qwen3VLEmbeddingSettings:
             raise InputError("qwen3-vl-embedding: the http transport needs the server's url (--embed-url)")
         if self.dim is not None and self.dim < 1:
             raise InputError(f"qwen3-vl-embedding: dim must be positive, got {self.dim}")
-        if self.max_concurrency < 1 or self.batch_size < 1 or self.max_retries < 0:
-            raise InputError("qwen3-vl-embedding: max_concurrency and batch_size must be >= 1, max_retries >= 0")
+        if self.max_concurrency < 1 or self.batch_size < 1 or self.texts_per_request < 1 or self.max_retries < 0:
+            raise InputError(
+                "qwen3-vl-embedding: max_concurrency, batch_size and texts_per_request must be >= 1, max_retries >= 0"
+            )
 
     def key_fields(self) -> dict:
         """The settings that change the vectors (transport-independent): they go into the fingerprint."""
@@ -399,7 +408,8 @@ class TransformersBackend:
 
 # ---------------------------------------------------------------------------------------------- http (vLLM)
 class HTTPBackend:
-    """Posts one chat-style embedding request per item to a vLLM server, ``max_concurrency`` at a time."""
+    """Posts chat-style embedding requests to a vLLM server, ``max_concurrency`` at a time: one per item with a crop,
+    up to ``texts_per_request`` text-only items in one."""
 
     def __init__(self, settings: Qwen3VLEmbeddingSettings) -> None:
         import httpx
@@ -426,7 +436,15 @@ class HTTPBackend:
             "add_generation_prompt": True,
         }
 
-    def _post(self, body: dict, what: str, abort: threading.Event | None = None) -> np.ndarray:
+    def batch_body(self, items: list[EmbedItem]) -> dict:
+        """One request for ``items``: a single item's body as :meth:`request_body`, several as vLLM's batched chat
+        embeddings (``messages``: one conversation per item)."""
+        if len(items) == 1:
+            return self.request_body(items[0])
+        return {**self.request_body(items[0]), "messages": [self.request_body(it)["messages"] for it in items]}
+
+    def _post(self, body: dict, what: str, abort: threading.Event | None = None, n: int = 1) -> np.ndarray:
+        """Post ``body`` (``n`` items); their vectors, ``(n, width)`` in item order (the answer's ``index``)."""
         import httpx
 
         s = self.settings
@@ -452,19 +470,26 @@ class HTTPBackend:
                     f"{self.endpoint}: {what} rejected with HTTP {r.status_code}: {r.text[:300]}"
                 )
             try:
-                vec = np.asarray(r.json()["data"][0]["embedding"], dtype=np.float32)
+                data = r.json()["data"]
+                if n == 1:
+                    rows = [data[0]["embedding"]]
+                else:
+                    by_index = {int(d["index"]): d["embedding"] for d in data}
+                    rows = [by_index[i] for i in range(n)]
+                vecs = [np.asarray(v, dtype=np.float32) for v in rows]
             except (ValueError, KeyError, IndexError, TypeError) as e:
-                raise EmbeddingServerError(f"{self.endpoint}: {what}: answer has no data[0].embedding ({e})") from None
-            if vec.ndim != 1 or vec.size == 0:
+                need = "data[0].embedding" if n == 1 else f"embedding for every index 0..{n - 1}"
+                raise EmbeddingServerError(f"{self.endpoint}: {what}: answer has no {need} ({e})") from None
+            if any(v.ndim != 1 or v.size == 0 for v in vecs) or len({v.size for v in vecs}) != 1:
                 raise EmbeddingServerError(f"{self.endpoint}: {what}: embedding is not a flat list of numbers")
-            return vec
+            return np.stack(vecs)
         raise EmbeddingServerError(f"{self.endpoint}: {what} failed after {s.max_retries + 1} attempts; last: {last}")
 
     def native_dim(self) -> int:
         """Width of the server's vectors, from the answer to one probe request (asked once)."""
         if self._native_dim is None:
             probe = EmbedItem(self.settings.query_instruction, None, "dimension probe")
-            self._native_dim = int(self._post(self.request_body(probe), "dimension probe").shape[0])
+            self._native_dim = int(self._post(self.request_body(probe), "dimension probe").shape[1])
         return self._native_dim
 
     def embed_iter(self, items, n: int) -> np.ndarray:
@@ -474,16 +499,39 @@ class HTTPBackend:
         out: list[np.ndarray | None] = [None] * n
         window: deque[tuple[int, Future]] = deque()
         abort = threading.Event()  # set when one item fails, so the others stop retrying
+
+        def take() -> None:
+            j, fut = window.popleft()
+            for k, vec in enumerate(fut.result()):
+                out[j + k] = vec
+
         with ThreadPoolExecutor(max_workers=s.max_concurrency, thread_name_prefix="embed-http") as pool:
+
+            def send(first: int, group: list[EmbedItem]) -> None:
+                while len(window) >= 2 * s.max_concurrency:
+                    take()
+                what = f"item {first}" if len(group) == 1 else f"items {first}..{first + len(group) - 1}"
+                body = self.batch_body(group)
+                window.append((first, pool.submit(self._post, body, what, abort, len(group))))
+
             try:
+                texts: list[EmbedItem] = []  # consecutive text-only items not sent yet, from index i - len(texts)
+                i = 0
                 for i, item in enumerate(items):
-                    while len(window) >= 2 * s.max_concurrency:
-                        j, fut = window.popleft()
-                        out[j] = fut.result()
-                    window.append((i, pool.submit(self._post, self.request_body(item), f"item {i}", abort)))
+                    if item.image is not None:
+                        if texts:
+                            send(i - len(texts), texts)
+                            texts = []
+                        send(i, [item])
+                        continue
+                    texts.append(item)
+                    if len(texts) == s.texts_per_request:
+                        send(i + 1 - len(texts), texts)
+                        texts = []
+                if texts:
+                    send(i + 1 - len(texts), texts)
                 while window:
-                    j, fut = window.popleft()
-                    out[j] = fut.result()
+                    take()
             except BaseException:
                 abort.set()
                 for _, fut in window:

@@ -134,7 +134,7 @@ def _indexed_vectors(path, body, n):
 
 def test_http_vectors_are_renormalised_and_kept_in_input_order():
     with ScriptedOpenAIServer(handler=_indexed_vectors) as srv:
-        emb = _http(srv, max_concurrency=8).embed_texts([f"q{k}" for k in range(16)])
+        emb = _http(srv, max_concurrency=8, texts_per_request=1).embed_texts([f"q{k}" for k in range(16)])
     np.testing.assert_allclose(emb, np.eye(16, dtype=np.float32), atol=1e-7)
 
 
@@ -153,7 +153,7 @@ def test_http_requests_in_flight_never_exceed_the_concurrency_limit(limit):
         return None
 
     with ScriptedOpenAIServer(handler=slow, embed_dim=4) as srv:
-        _http(srv, max_concurrency=limit).embed_texts([f"text {i}" for i in range(8)])
+        _http(srv, max_concurrency=limit, texts_per_request=1).embed_texts([f"text {i}" for i in range(8)])
     assert state["max"] == limit
 
 
@@ -218,9 +218,81 @@ def test_http_other_items_stop_retrying_once_one_item_has_failed():
 
     with ScriptedOpenAIServer(handler=handler) as srv:
         with pytest.raises(EmbeddingServerError, match="item 0 rejected with HTTP 400"):
-            _http(srv, max_concurrency=4, max_retries=3, retry_backoff_s=0.3).embed_texts([f"q{k}" for k in range(4)])
+            _http(srv, max_concurrency=4, max_retries=3, retry_backoff_s=0.3, texts_per_request=1).embed_texts(
+                [f"q{k}" for k in range(4)]
+            )
         # Without the abort, q1..q3 would make 4 attempts each (13 requests in all); with it, at most 2 each.
         assert srv.count("/v1/embeddings") <= 7
+
+
+def _texts_of(body) -> list[str]:
+    """The texts an embedding request carries, one per conversation (batched or not)."""
+    msgs = body["messages"]
+    convs = msgs if isinstance(msgs[0], list) else [msgs]
+    return [conv[1]["content"][0]["text"] for conv in convs]
+
+
+@pytest.mark.parametrize("per_request", [2, 8, 100])
+def test_http_batched_texts_give_the_vectors_of_one_request_each(per_request):
+    """Several texts in one request (vLLM's batched chat embeddings): every conversation is the one a lone request
+    carries, and the vectors are those of one request per text, in input order."""
+    texts = [f"quote number {k}" for k in range(19)]
+    with ScriptedOpenAIServer(embed_dim=8) as srv:
+        one_by_one = _http(srv, texts_per_request=1).embed_texts(texts)
+        lone = [body for path, body in srv.requests if path == "/v1/embeddings"]
+        before = len(srv.requests)
+        batched = _http(srv, texts_per_request=per_request).embed_texts(texts)
+        bodies = [body for path, body in srv.requests[before:] if path == "/v1/embeddings"]
+    assert np.array_equal(batched, one_by_one)
+    assert len(bodies) == -(-len(texts) // per_request) and len(lone) == len(texts)
+    assert sorted(t for b in bodies for t in _texts_of(b)) == sorted(texts)
+    convs = {_texts_of(b)[0]: b["messages"] for b in lone}
+    for body in bodies:
+        assert {k: v for k, v in body.items() if k != "messages"} == {
+            k: v for k, v in lone[0].items() if k != "messages"
+        }
+        if len(_texts_of(body)) > 1:
+            assert body["messages"] == [convs[t] for t in _texts_of(body)]
+
+
+def test_http_batched_answers_are_placed_by_their_index():
+    """A server may answer a batch's items in any order: each vector goes to the item its ``index`` names."""
+
+    def reversed_answer(path, body, n):
+        texts = _texts_of(body)
+        data = [{"object": "embedding", "index": i, "embedding": [0.0] * int(t[1:]) + [1.0] + [0.0] * (15 - int(t[1:]))}
+                for i, t in enumerate(texts)]  # fmt: skip
+        return Reply(json={"object": "list", "model": body["model"], "data": data[::-1]})
+
+    with ScriptedOpenAIServer(handler=reversed_answer) as srv:
+        emb = _http(srv, texts_per_request=5).embed_texts([f"q{k}" for k in range(16)])
+        assert srv.count("/v1/embeddings") == 4
+    assert np.array_equal(emb, np.eye(16, dtype=np.float32))
+
+
+def test_http_items_with_a_crop_go_alone_between_batched_texts(pdf):
+    """Blocks embedded as crop and text: each request carries one crop; text-only blocks go together."""
+    with ScriptedOpenAIServer(embed_dim=8) as srv, Document.open(pdf) as doc:
+        text_blocks = [Block(i, b.page, b.bbox, "text", f"block text {i}") for i, b in enumerate(BLOCKS * 3)]
+        both = _http(srv, block_content="text", texts_per_request=4).embed_blocks(doc, text_blocks)
+        assert srv.count("/v1/embeddings") == 2
+        alone = _http(srv, block_content="text", texts_per_request=1).embed_blocks(doc, text_blocks)
+        before = len(srv.requests)
+        _http(srv, block_content="image", texts_per_request=4).embed_blocks(doc, BLOCKS)
+        image_bodies = [b for path, b in srv.requests[before:] if path == "/v1/embeddings"]
+    assert np.array_equal(both, alone)
+    assert len(image_bodies) == len(BLOCKS) and all(b["messages"][0]["role"] == "system" for b in image_bodies)
+
+
+def test_http_a_batched_answer_short_of_items_is_a_clear_error():
+    def short(path, body, n):
+        return embeddings_response([[1.0, 0.0]], body["model"])  # one vector for several texts
+
+    with ScriptedOpenAIServer(handler=short) as srv:
+        with pytest.raises(EmbeddingServerError, match=r"items 0\.\.2: answer has no embedding for every index"):
+            _http(srv, texts_per_request=3).embed_texts(["a", "b", "c"])
+    with pytest.raises(InputError, match="texts_per_request must be >= 1"):
+        get_encoder("qwen3-vl-embedding", transport="http", url="http://127.0.0.1:9", texts_per_request=0)
 
 
 def test_torch_placement_is_one_rule_for_every_transformers_model():

@@ -93,3 +93,24 @@ def test_a_group_citing_one_block_sends_one_crop_rendered_once_as_identical_imag
     (cit,) = resolve_quotes([EN], cache)
     (png,) = crop_pngs(cache, [cit], dpi=scorer.config.crop_dpi, doc=_never_opened)  # any other caller: cached
     assert base64.b64decode(urls[0][0].removeprefix("data:image/png;base64,")) == png
+
+
+@pytest.mark.parametrize("size", [(1, 1), (7, 3), (358, 37), (200, 301)])
+def test_the_png_written_here_is_valid_and_lossless_for_any_pixels(size):
+    """``encode_png`` writes its own PNG (rows unfiltered, zlib level 1): a strict reader accepts it (chunk CRCs
+    checked) and decodes the very pixels, noise included, RGB, grey and greyscale input alike."""
+    import numpy as np
+
+    rng = np.random.default_rng(size[0] * 1000 + size[1])
+    w, h = size
+    noise = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB")
+    grey_rgb = Image.fromarray(np.repeat(rng.integers(0, 256, (h, w, 1), dtype=np.uint8), 3, axis=2), "RGB")
+    grey_l = grey_rgb.getchannel("R")
+    for img, mode in ((noise, "RGB"), (grey_rgb, "L"), (grey_l, "L")):
+        png = encode_png(img)
+        Image.open(io.BytesIO(png)).verify()
+        back = Image.open(io.BytesIO(png))
+        assert back.mode == mode and back.size == size
+        assert decoded_rgb(png).tobytes() == img.convert("RGB").tobytes()
+    rgba = Image.new("RGBA", (4, 4), (10, 20, 30, 128))  # not RGB or greyscale: Pillow's encoder, alpha kept
+    assert Image.open(io.BytesIO(encode_png(rgba))).tobytes() == rgba.tobytes()

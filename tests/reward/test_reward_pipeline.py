@@ -500,7 +500,8 @@ def test_reward_demo_scores_the_sample_cases(cache, tmp_path):
 
 def test_http_encoder_cache_gets_its_quotes_embedded_by_the_same_settings(sample_pdf, tmp_path):
     """The cluster path on a CPU: blocks embedded by an embedding server, quotes by the same encoder settings
-    rebuilt from the cache's fingerprint and pointed at ``embed_url``; one server request per distinct quote."""
+    rebuilt from the cache's fingerprint and pointed at ``embed_url``; each distinct quote embedded once, the
+    batch's text-only items several to a request (``texts_per_request``)."""
     from data_prep.cache import build_cache
     from data_prep.encoders import get_encoder
     from data_prep.encoders.qwen3vl import DEFAULT_QUERY_INSTRUCTION
@@ -514,10 +515,12 @@ def test_http_encoder_cache_gets_its_quotes_embedded_by_the_same_settings(sample
         config = RewardConfig(cache_dir=str(tmp_path), judge="lexical", embed_url=srv.url)
         out = RewardScorer(config).score([inp({"answer": "a", "quotes": [EN, ROW]}, g)] * 3)
         quote_requests = srv.requests[n_blocks:]
-    assert n_blocks == len(cached.blocks)
+    per_request = enc.settings.texts_per_request
+    assert n_blocks == -(-len(cached.blocks) // per_request)  # text blocks: several to a request
     assert all(len(cits) == 2 and b.unscorable == 0.0 for b, cits in out)
-    assert len(quote_requests) == 2  # the batch's distinct quotes, embedded once
-    system = quote_requests[0][1]["messages"][0]["content"]
+    (quotes,) = [b["messages"] for _, b in quote_requests]  # the batch's 2 distinct quotes, once, in one request
+    assert len(quotes) == 2 and [conv[1]["content"][0]["text"] for conv in quotes] == [EN, ROW]
+    system = quotes[0][0]["content"]
     assert DEFAULT_QUERY_INSTRUCTION.rstrip(".") in json.dumps(system)
 
 

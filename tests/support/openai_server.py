@@ -183,7 +183,9 @@ class ScriptedOpenAIServer:
             return Reply(json=chat_completion(DEFAULT_JUDGE_CONTENT, body.get("model", self.model)))
         if path == "/v1/embeddings":
             if "messages" in body:
-                items = [json.dumps(body["messages"], sort_keys=True)]
+                msgs = body["messages"]
+                batched = bool(msgs) and all(isinstance(m, list) for m in msgs)  # vLLM's batched chat embeddings
+                items = [json.dumps(m, sort_keys=True) for m in (msgs if batched else [msgs])]
             else:
                 inp = body.get("input", [])
                 items = (
