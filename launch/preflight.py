@@ -13,7 +13,8 @@ NVIDIA driver, ``which``, whether a port is free), so the tests give it any node
   job's environment are handed to the trainer and its Ray nodes as they are, and the dry run says which are set;
   nothing is ever invented.
 - **Ray's ports** (:func:`ray_ports`): every port ``ray start`` would otherwise take at a fixed default (dashboard
-  8265, client server 10001, dashboard agent 52365, workers 10002-19999) or leave to chance (node manager, object
+  8265, dashboard agent 52365, workers 10002-19999; not the client server's 10001, see :meth:`RayPorts.head_args`)
+  or leave to chance (node manager, object
   manager, metrics, runtime-env agent) comes from one block of :data:`RAY_BLOCK` ports of this job's own in
   :data:`RAY_RANGE`, chosen by the Slurm job id and checked free on this node (else the next block).
 - **Driver and compiler** (:func:`check_toolchain`): the NVIDIA driver against what the server venv's CUDA build of
@@ -255,13 +256,15 @@ class RayPorts:
                 "--min-worker-port", str(lo), "--max-worker-port", str(hi)]  # fmt: skip
 
     def head_args(self) -> list[str]:
-        """``ray start --head`` flags: the node's, the dashboard's and the client server's."""
-        return ["--dashboard-port", str(self.port("dashboard")), "--ray-client-server-port",
-                str(self.port("client_server")), *self.node_args()]  # fmt: skip
+        """``ray start --head`` flags: the node's and the dashboard's. Not the client server's: with
+        ``--ray-client-server-port`` ``ray start`` fails where Ray lacks ``ray[client]`` (a plain ``pip install
+        ray``); where it has it, the client server takes Ray's default 10001 (its slot in the block stays
+        reserved)."""
+        return ["--dashboard-port", str(self.port("dashboard")), *self.node_args()]
 
     def describe(self) -> str:
         lo, hi = self.workers
-        fixed = ", ".join(f"{w.replace('_', ' ')} {self.port(w)}" for w in RAY_FIXED)
+        fixed = ", ".join(f"{w.replace('_', ' ')} {self.port(w)}" for w in RAY_FIXED if w != "client_server")
         how = "checked free on this node" if self.checked else "checked free on the head node when the job runs"
         return (f"Ray ports       block {self.slot} of {RAY_SLOTS} in {RAY_RANGE[0]}-{RAY_RANGE[1]} (from the job id; "
                 f"{how}): {fixed}, workers {lo}-{hi}")  # fmt: skip
