@@ -658,7 +658,9 @@ class Job:
         for i, node in enumerate(lay.trainer_nodes[1:], 1):
             argv = [*ray, "start", "--address", self.ray_address, "--block", "--node-ip-address",
                     self.addresses[node].address, "--num-gpus", str(lay.train_gpus_per_node), *cpu_args,
-                    "--disable-usage-stats", *(self.ray_ports.node_args() if self.ray_ports else [])]  # fmt: skip
+                    "--disable-usage-stats"]  # fmt: skip
+            # no port block on worker nodes: nodes that share one host (a local Slurm, or two job steps on one
+            # machine) would bind the same ports and time out at start; Ray picks free ones there
             self.ray_procs.append((node, self.on_node(f"ray_{i}", node, pos, argv, self.segment_dir / f"ray-{node}.log",
                                                       env)))  # fmt: skip
         self.ex.wait("ray-nodes", f"wait until `{shlex.join([*ray, 'status', '--address', self.ray_address])}` lists "

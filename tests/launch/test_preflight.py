@@ -325,8 +325,8 @@ def test_dry_run_ray_nodes_get_this_jobs_ports_and_another_job_gets_other_ones(t
     assert "--ray-client-server-port" not in h1  # ray start refuses it without ray[client] (the launch's own venv)
     assert {"--node-manager-port", "--object-manager-port", "--min-worker-port", "--max-worker-port",
             "--dashboard-agent-listen-port"} <= set(p1)  # fmt: skip
-    # every node of the job uses the same block (each node has its own port space); the dashboard is the head's
-    assert {k: v for k, v in p1.items() if k != "--dashboard-port"} == ports(w1)
+    # the block is the head's; worker nodes let Ray pick (nodes sharing one host would bind the same ports)
+    assert {"--node-manager-port", "--min-worker-port"}.isdisjoint(ports(w1))
     block1 = set(range(p1["--dashboard-port"], p1["--max-worker-port"] + 1))
     block2 = set(range(p2["--dashboard-port"], p2["--max-worker-port"] + 1))
     assert block1.isdisjoint(block2) and all(RAY_RANGE[0] <= p <= RAY_RANGE[1] for p in block1 | block2)
