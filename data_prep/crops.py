@@ -7,18 +7,23 @@ are byte-identical request parts (a judge server's own multimodal cache can hit 
 its cache key, which is derived from the PDF's content: a crop cached under it is what that PDF renders.
 
 The encoding is PNG, lossless, so the pixels the judge decodes are the rendered ones, written here
-(:func:`encode_png`): every row unfiltered (PNG filter type 0) and the rows deflated at zlib level 1. On the
-fixtures' text-block crops at 150 dpi that is about half the CPU of Pillow's PNG at the same level
-(:data:`PNG_OPTIONS`, which picks a filter per row by trying all five) and a few percent smaller: a text crop is
-mostly runs of one background value, which deflate finds unfiltered; level 0 would be six times larger, which the
-base64 and JSON of the request and the server's reading more than pay back (``benchmarks/bench_vllm_judge.py``
-prints the figures). A crop whose every pixel is grey (red = green = blue: most text blocks) is written as an 8-bit
-greyscale PNG: the same pixels once the server converts the image to RGB (vLLM and the Qwen processors do; so does
-:func:`decoded_rgb`), a third of the samples to compress.
+(:func:`encode_png`): every row unfiltered (PNG filter type 0) and the rows deflated at level 1 by ISA-L
+(:mod:`isal`, the ``isal`` package) where it is installed, by zlib otherwise. On the fixtures' text-block crops at
+150 dpi ISA-L takes about a quarter of zlib's CPU for a stream some 5% larger, and zlib's unfiltered level 1 about
+half the CPU of Pillow's PNG at the same level (:data:`PNG_OPTIONS`, which picks a filter per row by trying all
+five): a text crop is mostly runs of one background value, which deflate finds unfiltered; stored (level 0) would
+be six times larger, which the base64 and JSON of the request and the server's reading more than pay back
+(``benchmarks/bench_vllm_judge.py`` prints the figures). A crop whose every pixel is grey (red = green = blue: most
+text blocks) is written as an 8-bit greyscale PNG: the same pixels once the server converts the image to RGB (vLLM
+and the Qwen processors do; so does :func:`decoded_rgb`), a third of the samples to compress.
+
+A judge request carries each crop as a base64 ``data:`` URL (:func:`png_data_url`), made once per crop and kept
+beside the crop cache, so a cached crop costs a judge request neither its encoding nor its base64.
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import struct
 import threading
@@ -31,6 +36,11 @@ from PIL import Image
 
 from core.errors import InputError
 
+try:  # ISA-L's deflate: a quarter of zlib's CPU at level 1 (module docstring); zlib where it is not installed
+    from isal import isal_zlib as _deflate_module
+except ImportError:  # pragma: no cover - the main install has it (pyproject.toml)
+    _deflate_module = zlib
+
 MAX_CROPS = 6
 """Cited blocks shown per response by default (the first distinct ones, in citation order; CiteVQA shows at most
 six)."""
@@ -40,7 +50,12 @@ PNG_OPTIONS: dict = {"format": "PNG", "compress_level": 1}
 """Pillow's PNG at zlib level 1: how an image other than 8-bit RGB or greyscale is encoded (and how every crop was
 before :func:`encode_png` wrote its own; the benchmark compares the two)."""
 PNG_ZLIB_LEVEL = 1
-"""zlib level of the PNG :func:`encode_png` writes."""
+"""Deflate level of the PNG :func:`encode_png` writes (ISA-L's or zlib's, :data:`DEFLATE`)."""
+DEFLATE = "isal" if _deflate_module is not zlib else "zlib"
+"""Whose deflate :func:`encode_png` uses: ``"isal"`` (the ``isal`` package) or ``"zlib"``."""
+DATA_URL_CACHE_BYTES = 64 * 1024 * 1024
+"""Bound of the process's cache of crops' base64 ``data:`` URLs (:func:`png_data_url`), bytes of the URLs and of the
+PNG bytes they are kept by: some two thousand crops, those of the last GRPO steps."""
 CROP_CACHE_BYTES = 256 * 1024 * 1024
 """Bound of the process's crop cache, bytes of PNG (a 150-dpi text block is some 25 KiB: about ten thousand
 crops, every crop of several GRPO steps)."""
@@ -50,10 +65,16 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
-def encode_png(img) -> bytes:
+def _deflate(data, level: int = PNG_ZLIB_LEVEL) -> bytes:
+    """A zlib stream of ``data`` (any contiguous buffer) at ``level``, by :data:`DEFLATE`'s library."""
+    return _deflate_module.compress(data, level)
+
+
+def encode_png(img, deflate=None) -> bytes:
     """A rendered crop (a PIL image) as the PNG bytes a judge is sent: greyscale when every pixel is grey, rows
     unfiltered, deflated at :data:`PNG_ZLIB_LEVEL` (module docstring), so :func:`decoded_rgb` of the bytes is always
     ``img``'s RGB pixels. An image neither RGB nor greyscale is written by Pillow (:data:`PNG_OPTIONS`).
+    ``deflate``: the zlib-stream function of the rows (default: :data:`DEFLATE`'s at :data:`PNG_ZLIB_LEVEL`).
 
     >>> img = Image.new("RGB", (3, 2), (200, 30, 30))
     >>> png = encode_png(img)
@@ -64,20 +85,77 @@ def encode_png(img) -> bytes:
         buf = io.BytesIO()
         img.save(buf, **PNG_OPTIONS)
         return buf.getvalue()
-    a = np.asarray(img)
-    if a.ndim == 3 and np.array_equal(a[..., 0], a[..., 1]) and np.array_equal(a[..., 1], a[..., 2]):
-        a = a[..., 0]  # every pixel grey: one sample a pixel
-    h, w = a.shape[:2]
-    rows = np.empty((h, 1 + a[0].size), np.uint8)
+    w, h = img.size
+    # One plane per band (Pillow copies a band in one pass; its packed RGB bytes take some five times as long).
+    planes = [band.tobytes() for band in img.split()]
+    grey = len(planes) == 1 or planes[0] == planes[1] == planes[2]  # every pixel grey: one sample a pixel
+    samples = 1 if grey else 3
+    rows = np.empty((h, 1 + w * samples), np.uint8)
     rows[:, 0] = 0  # filter type 0 (none) on every row
-    rows[:, 1:] = a.reshape(h, -1)
-    header = struct.pack(">IIBBBBB", w, h, 8, 0 if a.ndim == 2 else 2, 0, 0, 0)  # 8-bit greyscale or RGB
+    if grey:
+        rows[:, 1:] = np.frombuffer(planes[0], np.uint8).reshape(h, w)
+    else:
+        pixels = rows[:, 1:].reshape(h, w, 3)
+        for i, plane in enumerate(planes):
+            pixels[..., i] = np.frombuffer(plane, np.uint8).reshape(h, w)
+    header = struct.pack(">IIBBBBB", w, h, 8, 0 if grey else 2, 0, 0, 0)  # 8-bit greyscale or RGB
     return (
         b"\x89PNG\r\n\x1a\n"
         + _chunk(b"IHDR", header)
-        + _chunk(b"IDAT", zlib.compress(rows.tobytes(), PNG_ZLIB_LEVEL))
+        + _chunk(b"IDAT", (deflate or _deflate)(rows))
         + _chunk(b"IEND", b"")
     )
+
+
+class DataURL(str):
+    """A ``data:`` URL of base64 bytes (:func:`png_data_url`): ASCII in which JSON escapes nothing, so a request
+    body can carry it without scanning it again (:func:`reward.judge_http.encode_body`)."""
+
+    __slots__ = ()
+
+
+class _DataURLCache:
+    """Base64 ``data:`` URLs by PNG bytes, least recently used dropped once the URLs and their keys pass
+    ``max_bytes``. Thread-safe."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = int(max_bytes)
+        self.bytes = 0
+        self._items: OrderedDict[bytes, DataURL] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, png: bytes) -> DataURL:
+        with self._lock:
+            url = self._items.get(png)
+            if url is not None:
+                self._items.move_to_end(png)
+                return url
+        url = DataURL("data:image/png;base64," + base64.b64encode(png).decode("ascii"))
+        if len(png) + len(url) > self.max_bytes:
+            return url
+        with self._lock:
+            held = self._items.get(png)
+            if held is not None:
+                return held
+            self._items[png] = url
+            self.bytes += len(png) + len(url)
+            while self.bytes > self.max_bytes:
+                key, old = self._items.popitem(last=False)
+                self.bytes -= len(key) + len(old)
+        return url
+
+
+_DATA_URLS = _DataURLCache(DATA_URL_CACHE_BYTES)
+
+
+def png_data_url(png: bytes) -> DataURL:
+    """The base64 ``data:image/png`` URL of ``png`` as a judge request carries it, made once per distinct crop
+    (kept, least recently used dropped, up to :data:`DATA_URL_CACHE_BYTES`); a :class:`DataURL`.
+
+    >>> png_data_url(b"PNG")
+    'data:image/png;base64,UE5H'
+    """
+    return _DATA_URLS.get(bytes(png))
 
 
 def decoded_rgb(png: bytes):

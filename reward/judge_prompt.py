@@ -8,13 +8,13 @@ is the JSON object naming the three scores, anywhere in it (:func:`parse_judge_o
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from pathlib import Path
 
 from core.errors import InputError
 from core.io import MAX_INT_DIGITS, NotJSONError, loads_record, read_text
+from data_prep.crops import png_data_url
 from recipes import prompt_path
 from reward.judge import SCORE_KEYS, SCORE_MAX, JudgeRequest, JudgeScores
 from reward.response import iter_json_objects, strip_reasoning
@@ -199,6 +199,6 @@ class JudgePrompt:
         parts: list[dict] = [{"type": "text", "text": self.render_user(request)}]
         for i, png in enumerate(request.crops, 1):
             parts.append({"type": "text", "text": f"Evidence crop {i} of {len(request.crops)}:"})
-            url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-            parts.append({"type": "image_url", "image_url": {"url": url}})
+            # base64 made once per crop (issue 33): a crop shown again costs no encoding
+            parts.append({"type": "image_url", "image_url": {"url": png_data_url(png)}})
         return [{"role": "system", "content": self.system}, {"role": "user", "content": parts}]
