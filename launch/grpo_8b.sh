@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=3
 #SBATCH --cpus-per-task=32
-#SBATCH --mem=141G
+#SBATCH --mem=165G
 #SBATCH --time=08:00:00
 #SBATCH --signal=B:USR1@3600
 #SBATCH --open-mode=append
@@ -19,10 +19,11 @@
 #   bash launch/grpo_8b.sh --help | --settings                # every setting / their resolved values
 #   sbatch launch/grpo_8b.sh --smoke                          # first GPU day: 2 steps, eval infer, measured vs budget
 #
-# --mem: `python -m launch.budget memory --recipe recipes/qwen3vl_8b_grpo.yaml` (rank 0 loads the policy in fp32 on
-# the CPU, vLLM's sleep mode keeps bf16 weights in host memory, checkpoint staging, image tensors, both servers).
-# Each next job of the chain asks for this job's own allocation, read from Slurm (nodes, GPUs, CPUs, memory, time,
-# partition, account, QoS, constraint); the rest is in launch/job.py's docstring and the README's GPU-cluster section.
+# --mem: `python -m launch.budget memory --recipe recipes/qwen3vl_8b_grpo.yaml data.val_batch_size=32` (rank 0 loads
+# the policy in fp32 on the CPU, vLLM's sleep mode keeps bf16 weights in host memory, checkpoint staging, image
+# tensors, vLLM's queued images, both servers; the job bounds the recipe's val_batch_size -1 to the rollout batch).
+# A job that ends before max_steps requeues itself (scontrol requeue: same job id, every sbatch option you gave; hence
+# --requeue and --open-mode=append); the rest is in launch/job.py's docstring and docs/cluster.md.
 # --- repository: the same block in every launch script (tests/launch/test_launch_help.py checks it) ---
 # Under sbatch this file runs from a spool copy: QUOTECITE_REPO, else where sbatch ran, else next to this file, else
 # the script path Slurm recorded.

@@ -19,10 +19,36 @@ One job, as a state machine (:class:`State`; each state is a method of :class:`J
   checkpoint (or forwards the signal), a Ray node that dies stops it;
 - ``END``: stop the servers and Ray; a trainer that stopped on a server outage is ``RESTART``-ed (fresh servers, a new
   segment) at most ``QUOTECITE_MAX_RESTARTS`` times;
-- ``FINISH``: close the segment, merge the run log, decide: ``CHAIN`` (submit the next job with this job's own
-  allocation, read from Slurm), ``DONE`` or ``STOP``.
+- ``FINISH``: close the segment, merge the run log, decide: ``CHAIN``, ``DONE`` or ``STOP``;
+- ``CHAIN``: ``scontrol requeue`` of this same job, its last action (:meth:`Job.state_chain`): the job keeps its id,
+  every option the user gave ``sbatch``, its arguments and its submit-time environment, as submitit and PyTorch
+  Lightning do. Nothing is read back from Slurm or retyped.
 
-SIGTERM (scancel, requeue, wall time) stops everything at once and records the segment; it never submits.
+SIGTERM (scancel, preemption, a requeue by Slurm or an admin, wall time) stops everything at once and records the
+segment as ``terminated``; Slurm itself then requeues the job (``--requeue``) or not. The one SIGTERM the job expects
+is the one its own requeue brings: it ignores it and exits 0.
+
+What Slurm does with a job that requeues itself (checked by hand on the local Slurm 22.05.8, and by
+``tests/launch/test_launch.py``):
+
+- the job's owner may requeue it (``scontrol requeue $SLURM_JOB_ID`` from inside the batch script; another user gets
+  "Access/permission denied"); a job with ``Requeue=0`` (submitted with ``--no-requeue``, or ``JobRequeue=0`` in
+  slurm.conf and no ``--requeue``) is refused: "Requested operation is presently disabled for job N", exit 1;
+- Slurm answers at once (about 35 ms after ``scontrol`` returns) with SIGCONT and SIGTERM to every process of the
+  job, then SIGKILL after ``KillWait``; the output file gets "slurmstepd: error: *** JOB N ON node CANCELLED AT ...
+  DUE TO JOB REQUEUE ***" (not an error of the run), and with ``--open-mode=append`` the next run appends to it;
+- the requeued job is PENDING with reason ``BeginTime``: it may start only ``cred_expire`` + 1 s (121 s by default)
+  after its processes have all ended; its SubmitTime is reset (age priority starts over, as for a new job);
+- the next run has the same job id and ``SLURM_RESTART_COUNT`` = 1, 2, ... (unset in the first run), its
+  ``--signal`` warning re-armed (``--signal=B:USR1@...`` arrives again before the new wall time);
+- no limit on the number of requeues was met (a job requeued itself 6 times); ``MaxBatchRequeue`` is not a setting of
+  Slurm 22.05 (its source caps only the automatic requeues after a failed batch launch).
+
+Everything keyed by the job id stays distinct across the runs of one id, or is meant to be shared: segments are
+``JOBID-N`` with N counting that id's segments, the run log's job entries are keyed by segment, the step records
+``logs/steps-JOBID.jsonl`` and the output file are appended to; the Ray temp dir ``/tmp/qcray-JOBID`` and Ray's
+ports are reused only after every process of the previous run has ended (Slurm holds the job until then); the
+wandb run is one per run folder; the smoke folder ``RUN_DIR/smoke/JOBID`` is where a requeued smoke run resumes.
 """
 
 from __future__ import annotations
@@ -45,10 +71,12 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from launch import allocation, budget, budget_gpu, preflight, settings, smoke  # --- smoke: launch/smoke.py
+from launch import budget, budget_gpu, preflight, settings, smoke  # --- smoke: launch/smoke.py
+from launch.checkpoints import find_resume_point
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import LayoutError, device_ids, plan_from_env, position_ranges
 from launch.run_files import RunError
+from launch.run_manifest import load_recipe, parse_overrides, recipe_value
 from launch.runlog import (
     finish,
     last_step,
@@ -122,6 +150,19 @@ class Server:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port or '{port}'}/v1"
+
+
+def srun_cpus(environ) -> list[str]:
+    """``["--cpus-per-task=N"]`` for every ``srun`` step of a job started with ``--cpus-per-task=N``: srun of Slurm
+    22.05 and later no longer reads ``SLURM_CPUS_PER_TASK``, so a step would get, and be bound to, one CPU.
+
+    >>> srun_cpus({"SLURM_CPUS_PER_TASK": "32"}), srun_cpus({})
+    (['--cpus-per-task=32'], [])
+    """
+    raw = (environ.get("SLURM_CPUS_PER_TASK") or "").strip()
+    if raw and (not raw.isdigit() or int(raw) < 1):
+        raise InputError(f"SLURM_CPUS_PER_TASK={raw!r}: expected a whole number >= 1")
+    return [f"--cpus-per-task={int(raw)}"] if raw else []
 
 
 def no_proxy_env(nodes: list[str], environ) -> dict[str, str]:
@@ -262,6 +303,7 @@ class Job:
             over.append(f"data.train_files={s.train_files}")
         if s.val_files:
             over.append(f"data.val_files={s.val_files}")
+        self.fit_at = len(over)  # --- pre-flight: where the job's own fitted overrides go (before the user's)
         over += self.args
         over += [self.p[k] for k in ("format_prompt_override", "reward_fn_override", "batch_groups_override",
                                      "keep_band_override") if self.p[k]]  # fmt: skip
@@ -272,9 +314,85 @@ class Job:
         if wandb_note:
             self.preflight_notes.append(wandb_note)
         # --- end pre-flight
+        # --- pre-flight: save_freq against the stop grace, the validation batch, host memory, disk quota (issue 31)
+        self._fit_overrides()
+        # --- end pre-flight
         self.servers = self._server_table()
-        self.cpus = allocation.srun_cpu_args(env)
+        self.cpus = srun_cpus(env)
+        # --- pre-flight: Slurm before 22.05 cannot run two srun --overlap steps on one node (issue 31, finding 4)
+        steps: dict[str, list[str]] = {}
+        for srv in self.servers:
+            if srv.node != self.first:
+                steps.setdefault(srv.node, []).append(srv.name)
+        if self.layout.ray:
+            for i, node in enumerate(self.layout.trainer_nodes[1:], 1):
+                steps.setdefault(node, []).append(f"ray_{i}")
+        slurm_note = preflight.check_step_sharing(steps, self.probe)
+        if slurm_note:
+            self.preflight_notes.append(slurm_note)
+        # --- end pre-flight
 
+    # --- pre-flight (issue 31, findings 2, 5, 6): overrides the job passes, each printed in the dry run
+    def _fit_overrides(self) -> None:
+        """``trainer.save_freq`` lowered so a checkpoint falls within the stop grace (:func:`budget.plan_save_freq`),
+        ``data.val_batch_size`` bounded (:func:`budget.plan_val_batch`), each unless the user set it; then the
+        host-memory budget against the job's ``--mem`` (refused when its peak cannot fit) and the disk quota."""
+        user = parse_overrides(self.args)
+        try:
+            recipe = load_recipe(self.recipe)
+        except (InputError, RunError, OSError, ValueError) as e:
+            self.preflight_notes.append(f"save_freq, validation batch and host memory not checked: {e}")
+            return
+        given = parse_overrides(self.overrides[1:])
+
+        def value(key: str, default: Any = None) -> Any:
+            return recipe_value(recipe, given, key, default)
+
+        step_s, source = budget.step_seconds(self.run_dir, str(value("worker.actor.model.model_path", "")))
+        sf = budget.plan_save_freq(value("trainer.save_freq", -1), step_s, source, self.s.stop_grace,
+                                   "trainer.save_freq" in user, source.startswith("measured"))  # fmt: skip
+        vb, vb_note = budget.plan_val_batch(value("data.val_batch_size", -1), value("data.rollout_batch_size", 512),
+                                            "data.val_batch_size" in user)  # fmt: skip
+        fitted = [o for o in (sf.override, vb) if o]
+        self.overrides[self.fit_at : self.fit_at] = fitted
+        self.fit_at += len(fitted)
+        self.preflight_notes += [n for n in (sf.note, vb_note) if n]
+        first_judges = sum(1 for node, _ in self.layout.judges if node == self.first)
+        try:
+            over = [o for o in self.overrides[1:] if not o.startswith("trainer.max_steps=")]  # not known in a dry run
+            plan = budget.plan_from_recipe(self.recipe, over, None, self.layout.train_gpus_per_node,
+                                           len(self.layout.trainer_nodes), judge_replicas=first_judges)  # fmt: skip
+        except InputError as e:  # a model whose size is unknown: say so, do not stop the run for it
+            self.preflight_notes.append(f"host memory     budget skipped: {e}")
+        else:
+            level, message = budget.check_host_memory(plan.estimate, budget.job_memory_mib(self.environ))
+            if level == "refuse":
+                raise InputError(f"not enough host memory for the job: {message}")
+            self.preflight_notes.append(f"host memory     {'warning: ' if level == 'warn' else ''}{message}")
+        self.preflight_notes.append(f"disk quota      {budget.read_quota(self.run_dir).note}")
+
+    def _resume_overrides(self, resume_step: int) -> None:
+        """A resumed job (``resume_step`` > 0) passes ``trainer.val_before_train=false``: the validation before
+        training ran when the run started; every resume would repeat it. Kept when the user set the key."""
+        key, off = "trainer.val_before_train", "trainer.val_before_train=false"
+        if key in parse_overrides(self.args):
+            return
+        if resume_step > 0 and off not in self.overrides:
+            self.overrides.insert(self.fit_at, off)
+            msg = f"resuming from step {resume_step}: {off} (validation before training ran when the run started)"
+            self.ex.note(msg)
+            self.log(msg)
+        elif resume_step <= 0 and off in self.overrides:
+            self.overrides.remove(off)
+
+    def _dry_resume_step(self) -> int:
+        """The step the job would resume from (a read, for the dry run)."""
+        try:
+            return find_resume_point(self.run_dir / "checkpoints", bool(self.p["require_lora"])).step
+        except (OSError, ValueError, RunError):
+            return 0
+
+    # --- end pre-flight
     def _software(self) -> dict[str, Any]:
         """The programs of the job: the trainer's python, the servers' ``vllm``, and the versions for the manifest."""
         s = self.s
@@ -469,8 +587,10 @@ class Job:
         lines += self.preflight_notes  # --- pre-flight (launch/preflight.py)
         lines.append(f"judge           {s.judge_model} at {self.judge_url()}")
         lines.append(f"embedder        {s.embed_model} at {self.embed_url()}")
-        lines.append(f"stop on USR1    {s.trainer_stop} (grace {s.stop_grace:g}s); chain: stop after "
-                     f"{s.max_stalled_jobs} jobs without progress")  # fmt: skip
+        lines.append(f"stop on USR1    {s.trainer_stop} (grace {s.stop_grace:g}s); chain: "
+                     f"{'scontrol requeue of this job' if s.chain else 'off (QUOTECITE_CHAIN=0)'}, stop after "
+                     f"{s.max_stalled_jobs} jobs without progress; this is run "
+                     f"{int(self.environ.get('SLURM_RESTART_COUNT') or 0) + 1} of job {self.job_id}")  # fmt: skip
         for line in lines:
             if ex.dry:
                 ex.note(line)
@@ -502,7 +622,8 @@ class Job:
         d = self.ex.call("prepare", "repair the checkpoints, pick the resume step, open a segment "
                          "RUN_DIR/segments/JOBID-N, update manifest.json", do,
                          dry_result={"action": "run", "message": "dry run", "exit": 0, "checkpoint_notes": "",
-                                     "segment": "JOBID-N", "segment_dir": str(self.segment_dir)})  # fmt: skip
+                                     "segment": "JOBID-N", "segment_dir": str(self.segment_dir),
+                                     "resume_step": self._dry_resume_step()})  # fmt: skip
         if d["checkpoint_notes"]:
             self.log(f"checkpoints: {d['checkpoint_notes']}")
         if d["action"] == "done":
@@ -515,6 +636,7 @@ class Job:
             return State.STOP
         self.segment, self.segment_dir = d["segment"], Path(d["segment_dir"])
         self.log(f"segment {self.segment}: {d['message']}")
+        self._resume_overrides(int(d.get("resume_step") or 0))  # --- pre-flight: no validation again at a resume
         if self.restarts == 0:
             self.ex.call("disk", "estimate the disk use of the checkpoints against the free space of the run folder "
                          "(refuse with the numbers, warn under the margin); prune checkpoints/incomplete/",
@@ -522,8 +644,8 @@ class Job:
         return State.SERVE
 
     def _disk(self) -> None:
-        """Checkpoints to come against free disk (refuse with the numbers, warn under the margin); the steps of
-        earlier jobs against the stop grace (``save_freq`` x step time); ``checkpoints/incomplete/`` pruned."""
+        """Checkpoints to come against free disk and the user's quota (refuse with the numbers, warn under the
+        margin); ``checkpoints/incomplete/`` pruned."""
         pruned = budget.prune_incomplete(self.run_dir / "checkpoints", keep=1)
         if pruned.removed:
             self.log(f"pruned {len(pruned.removed)} old entr{'y' if len(pruned.removed) == 1 else 'ies'} of "
@@ -538,12 +660,7 @@ class Job:
             if level == "refuse":
                 raise JobError(f"not enough disk for the run's checkpoints: {message}", "crashed", final=True)
             self.log(("warning: " if level == "warn" else "") + f"checkpoint disk: {message}")
-        step_s = budget.measured_step_seconds(self.run_dir)
-        save_freq = self.p.get("save_freq")
-        if step_s and isinstance(save_freq, int) and save_freq > 0:
-            warn = budget.save_freq_check(save_freq, step_s, self.s.stop_grace)
-            if warn:
-                self.log(f"warning: {warn}")
+        # save_freq against the stop grace: planned before GPU time (Job._fit_overrides), printed in the header
 
     # --- GPU memory budget (launch/budget_gpu.py)
     def _gpu_budget(self) -> None:
@@ -744,7 +861,7 @@ class Job:
                                           env=self.trainer_env(), gpus=self.trainer_gpus,
                                           log=str(self.segment_dir / "trainer.log")))  # fmt: skip
         self.ex.note(
-            f"on SIGUSR1: {'forward SIGUSR1 to the trainer' if s.trainer_stop == 'signal' else 'stop the trainer once checkpoint_tracker.json advances and that step is logged'} (at most {s.stop_grace:g}s); on SIGTERM: stop everything, no resubmission"
+            f"on SIGUSR1: {'forward SIGUSR1 to the trainer' if s.trainer_stop == 'signal' else 'stop the trainer once checkpoint_tracker.json advances and that step is logged'} (at most {s.stop_grace:g}s); on SIGTERM: stop everything and record the segment (Slurm requeues the job or not)"
         )  # noqa: E501
         self.ex.note(f"while training: a judge or embedder process that dies is restarted (at most "
                      f"{s.max_server_restarts} per job); a trainer that stops on a server outage gets both servers "
@@ -885,38 +1002,42 @@ class Job:
         except (InputError, OSError, ValueError) as e:  # a damaged sample never fails the job
             self.log(f"warning: no samples page: {e}")
 
-    def next_job_argv(self) -> list[str]:
-        """``sbatch`` of the next job: after this one, with this job's own allocation (read from Slurm, not retyped),
-        then ``QUOTECITE_SBATCH_ARGS``, the script and the same trainer arguments."""
-        shape_args: list[str] = []
-        if self.in_slurm:
-            try:
-                shape_args = allocation.sbatch_args(allocation.read_job(self.job_id))
-            except InputError as e:
-                self.log(f"warning: cannot read this job's allocation ({e}); the next job uses the script's header")
-        name = self.environ.get("SLURM_JOB_NAME") or "quotecite-grpo-8b"
-        return ["sbatch", "--parsable", f"--dependency=afterany:{self.job_id}", f"--job-name={name}",
-                f"--output={self.run_dir}/logs/%x-%j.out", "--open-mode=append", f"--chdir={REPO}", *shape_args,
-                *(self.s.sbatch_args or []), str(SCRIPT), *self.args]  # fmt: skip
+    def resubmit_hint(self) -> str:
+        """The command that continues the run by hand (a new job of the script, with this job's arguments)."""
+        return (f"cd {REPO} && QUOTECITE_RUN_DIR={shlex.quote(str(self.run_dir))} sbatch [your sbatch options] "
+                + shlex.join(["launch/grpo_8b.sh", *self.args]))  # fmt: skip
 
     def state_chain(self) -> State:
+        """Continue the run in this same job: ``scontrol requeue`` (see the module docstring for what Slurm does).
+        Everything is closed and recorded before; the SIGTERM Slurm answers with is expected: ignored, exit 0.
+        A refused requeue (``Requeue=0``, permission) stops the chain with the reason and the command that resumes
+        by hand: a fresh ``sbatch`` from inside the job would fall back to the script's header and lose the options
+        the user gave (partition, account, nodes, ``--signal``), so the job does not guess them."""
         msg = self.decision["message"] if hasattr(self, "decision") else ""
         if not self.ex.dry and not self.in_slurm:
             self.log(f"{msg} -- not under Slurm: run this script again to resume")
             return State.DONE
         if not self.s.chain:
-            self.log(f"{msg} -- QUOTECITE_CHAIN=0: not submitting")
+            self.log(f"{msg} -- QUOTECITE_CHAIN=0: not requeueing; to resume: {self.resubmit_hint()}")
             return State.DONE
-        self.ex.note("if the run is not complete and the job made progress: the next job, same allocation")
-        env = allocation.clean_submit_env(self.environ)
-        env.update(QUOTECITE_RUN_DIR=str(self.run_dir), QUOTECITE_RECIPE=str(self.recipe), QUOTECITE_REPO=str(REPO))
-        if isinstance(self.max_steps, int):
-            env["QUOTECITE_MAX_STEPS"] = str(self.max_steps)
-        rc, out = self.ex.run(Step("run", "submit", self.next_job_argv()), timeout=120, env=env)
+        self.ex.note("if the run is not complete and the job made progress: requeue this same job (same id, options "
+                     "and arguments); Slurm then sends SIGTERM to the whole job, which exits 0")  # fmt: skip
+        if not self.ex.dry:  # from here on, Slurm's SIGTERM is the requeue's; scontrol inherits the ignore
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+                signal.signal(sig, signal.SIG_IGN)
+            restart = int(self.environ.get("SLURM_RESTART_COUNT") or 0)
+            self.log(f"{msg} -- by requeueing job {self.job_id} (run {restart + 1} of it ends here)")
+        said: list[str] = []  # the executor's line with scontrol's reason, when it refuses
+        log, self.ex.log = self.ex.log, said.append
+        try:
+            rc, _ = self.ex.run(Step("run", "requeue", ["scontrol", "requeue", self.job_id]), timeout=120)
+        finally:
+            self.ex.log = log
         if rc != 0:
-            raise JobError("could not submit the next job; resubmit by hand: sbatch launch/grpo_8b.sh", "stopped")
-        if not self.ex.dry:
-            self.log(f"{msg}: job {out.strip().split(';')[0]} (after {self.job_id})")
+            signal.signal(signal.SIGTERM, self._on_term)
+            reason = said[-1].removeprefix("requeue: ") if said else f"exit {rc}"
+            raise JobError(f"the job could not requeue itself (scontrol requeue {self.job_id}: {reason}); the chain "
+                           f"stops here. To resume: {self.resubmit_hint()}", "stopped")  # fmt: skip
         return State.DONE
 
     # ------------------------------------------------------------------------------------------------ stopping
@@ -947,8 +1068,8 @@ class Job:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         self.terminating = True
-        self.log("SIGTERM: stopping (no resubmission)")
-        raise JobError("SIGTERM from Slurm (cancel, requeue or wall time)", "terminated")
+        self.log("SIGTERM: stopping (the job does not requeue itself; Slurm requeues it or not)")
+        raise JobError("SIGTERM from Slurm (cancel, preemption, requeue or wall time)", "terminated")
 
     exit_code = 0
 

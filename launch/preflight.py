@@ -20,6 +20,10 @@ NVIDIA driver, ``which``, whether a port is free), so the tests give it any node
 - **Driver and compiler** (:func:`check_toolchain`): the NVIDIA driver against what the server venv's CUDA build of
   torch needs (:data:`MIN_DRIVER`), and a C compiler for Triton (``$CC``, ``cc`` or ``gcc``); no NVIDIA driver
   visible at all (a login node, this CPU machine): skipped, saying so.
+- **Slurm before 22.05** (:func:`check_step_sharing`): where the job starts two ``srun --overlap`` steps on one
+  node (the judge and the embedder on the serving node of a multi-node job), ``srun --version`` is read before any
+  server starts; an older Slurm is refused with one line (its ``--overlap`` shares CPUs only: the second step
+  would wait).
 - **wandb** (:func:`wandb_env`): with ``wandb`` among the recipe's loggers every job of a run logs into one wandb
   run: ``WANDB_RUN_ID`` derived from the run folder, ``WANDB_RESUME=allow``.
 
@@ -91,6 +95,18 @@ def _read_driver() -> tuple[str | None, str]:
     return None, f"no NVIDIA driver visible on this node ({DRIVER_FILE} absent, no nvidia-smi)"
 
 
+def _srun_version() -> str:
+    """What ``srun --version`` prints (``slurm 22.05.8``); "" when there is no ``srun`` or it fails."""
+    srun = shutil.which("srun")
+    if not srun:
+        return ""
+    try:
+        r = subprocess.run([srun, "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
 @dataclass(frozen=True)
 class Probe:
     """What the checks read from the node; the defaults are the real ones (tests give their own)."""
@@ -101,6 +117,8 @@ class Probe:
     read_driver: Callable[[], tuple[str | None, str]] = _read_driver
     which: Callable[[str], str | None] = shutil.which
     port_free: Callable[[int], bool] = port_free
+    srun_version: Callable[[], str] = _srun_version
+    """What ``srun --version`` prints ("" when there is no srun)."""
 
 
 # ------------------------------------------------------------------------------------------------- addresses
@@ -372,6 +390,47 @@ def check_toolchain(environ: Mapping[str, str], torch_server: str, know_server: 
     if problems:
         raise InputError("the node cannot run the servers or the trainer: " + "; ".join(problems))
     return lines
+
+
+# ------------------------------------------------------------------------------------------------- Slurm version
+OVERLAP_SHARES_ALL = (22, 5)
+"""The first Slurm whose ``srun --overlap`` steps share a node's GPUs and memory, not only its CPUs: before it, a
+second step on a node waits until the first ends."""
+
+
+def parse_slurm_version(text: str) -> tuple[int, int, int] | None:
+    """The version ``srun --version`` prints.
+
+    >>> parse_slurm_version("slurm 21.08.8"), parse_slurm_version("slurm-wlm 22.05.8"), parse_slurm_version("")
+    ((21, 8, 8), (22, 5, 8), None)
+    """
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
+
+def check_step_sharing(steps: Mapping[str, list[str]], probe: Probe | None = None) -> str:
+    """The Slurm version against the job's ``srun --overlap`` steps (``steps``: node -> the names of the steps the
+    job starts there): before Slurm 22.05 two steps on one node (the judge and the embedder on the serving node, a
+    server next to a Ray worker) do not share its GPUs and memory, so the second one would wait until its health
+    wait fails; that is refused with one line saying what to do. Returns the line for the dry run and the log; no
+    node with two steps: not even asked."""
+    crowded = {n: names for n, names in steps.items() if len(names) > 1}
+    if not crowded:
+        return ""
+    probe = probe or Probe()
+    text = probe.srun_version()
+    version = parse_slurm_version(text)
+    where = "; ".join(f"{' and '.join(names)} on {node}" for node, names in crowded.items())
+    if version is None:
+        return (f"Slurm version   unknown (no srun --version here): the job steps {where} share their node with "
+                "srun --overlap, which needs Slurm >= 22.05")  # fmt: skip
+    shown = ".".join(f"{x:02d}" if i == 1 else str(x) for i, x in enumerate(version))
+    if version[:2] < OVERLAP_SHARES_ALL:
+        raise InputError(f"Slurm {shown} (srun --version) is older than 22.05: its srun --overlap steps share only "
+                         f"CPUs, so the steps {where} cannot run at once (the second would wait until its health wait "
+                         "fails); run on one node (sbatch --nodes=1: the servers then run in the batch step) or on "
+                         "a cluster with Slurm >= 22.05")  # fmt: skip
+    return f"Slurm version   {shown} (srun --version): steps {where} share their node (srun --overlap)"
 
 
 # ------------------------------------------------------------------------------------------------- wandb

@@ -116,7 +116,7 @@ def stalled_count(segments: list[Segment]) -> int:
 
 @dataclass(frozen=True)
 class Decision:
-    """What the chain does next: ``run`` this job, ``continue`` (submit the next job), ``done``, ``stop``
+    """What the chain does next: ``run`` this job, ``continue`` (the job requeues itself), ``done``, ``stop``
     (an error or no progress: no more jobs), or ``none`` (the job was killed/requeued: Slurm decides)."""
 
     action: str
@@ -174,6 +174,6 @@ def decide_at_end(segments: list[Segment], max_steps: int, max_stalled: int) -> 
     what = "crashed" if seg.status == "crashed" else "stopped"
     return Decision(
         "continue",
-        f"trainer {what} at step {end} of {max_steps}; submitting the next job",
+        f"trainer {what} at step {end} of {max_steps}; the run continues",
         1 if seg.status == "crashed" else 0,
     )

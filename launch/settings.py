@@ -54,7 +54,7 @@ GROUPS: dict[str, str] = {
     "models": "the models",
     "layout": "the split of the allocation",
     "ray": "the Ray cluster of a multi-node trainer",
-    "software": "the GPU environments (slurm/env.sh) and tools",
+    "software": "the GPU environments (launch/setup.py) and tools",
     "eval": "the evaluation (launch/eval_8b.sh)",
     "prep": "the data-prep array (launch/prep_array.sh)",
     "test": "tests, CI and benchmarks only",
@@ -376,8 +376,8 @@ SETTINGS: tuple[Setting, ...] = (
        "segment folder the reward writes its counters and samples to (set by the launch)"),
     _s("SEGMENT", None, "", text, "run", _RW, "the trainer's segment name (set by the launch)"),
     # --- chain
-    _s("CHAIN", "1", "0/1", flag, "chain", _L, "submit the next job when this one ends before max_steps"),
-    _s("SBATCH_ARGS", None, "flags", flags, "chain", _L, "extra sbatch options for the next jobs"),
+    _s("CHAIN", "1", "0/1", flag, "chain", _L,
+       "requeue this job (scontrol requeue, same options) when it ends before max_steps"),
     _s("MAX_STALLED_JOBS", "3", "count", nonneg_int, "chain", _L,
        "jobs in a row without a new checkpoint before the chain stops (0: never)"),
     # --- models
@@ -430,7 +430,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("RAY_TMPDIR", None, "path", path, "ray", _L, "Ray's --temp-dir"),
     # --- software
     _s("ENV_SETUP", "1", "0/1", flag, "software", f"{_L},{_EV}",
-       "install/use the GPU environments of slurm/env.sh (0: the programs on PATH)"),
+       "install/use the GPU environments of launch/setup.py (0: the programs on PATH)"),
     _s("ENV_ROOT", "{repo}/.venv-gpu", "path", path, "software", f"{_L},{_EV}", "folder of the GPU environments"),
     _s("ENV_PYTHON", None, "path", program, "software", f"{_L},{_EV}",
        "python that builds them (default: python3.11, python3.12, python3)"),

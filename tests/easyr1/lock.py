@@ -1,10 +1,10 @@
-"""slurm/trainer.lock: read it, resolve slurm/env.sh's trainer install set with pip, compare, regenerate.
+"""slurm/trainer.lock: read it, resolve launch/setup.py's trainer install set with pip, compare, regenerate.
 
     python tests/easyr1/lock.py --write    # re-resolve the top-level set against PyPI and rewrite the lock
 
 The top-level set is what the trainer needs: vLLM and torch at the lock's versions, EasyR1 b44b311's
-requirements.txt (from the vendored archive; flash-attn is installed by env.sh on its own), omegaconf < 2.4, and
-the project's runtime deps (env.sh's QC_PROJECT_DEPS). Runs with the main .venv (packaging) or any python with pip.
+requirements.txt (from the vendored archive; flash-attn is installed by the set-up on its own), omegaconf < 2.4, and
+the project's runtime deps (launch/setup.py's PROJECT_DEPS). Runs with the main .venv (packaging) or any python with pip.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "slurm" / "trainer.lock"
 EASYR1_TARBALL = REPO.parent / "shared" / "vendor" / "EasyR1-b44b311.tar.gz"
 PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)\s*$")
-# Not in EasyR1's pinned set: compiled against the lock's torch by env.sh (--no-build-isolation) after the lock.
+# Not in EasyR1's pinned set: compiled against the lock's torch by the set-up (--no-build-isolation) after the lock.
 INSTALLED_SEPARATELY = {"flash-attn"}
 
 
@@ -42,18 +42,22 @@ def read_lock(path: Path = LOCK) -> dict[str, str]:
     return pins
 
 
-def env_sh(expr: str) -> str:
-    """Evaluate a shell expression after sourcing slurm/env.sh, as the launch does."""
-    script = f'QC_REPO={json.dumps(str(REPO))}; source "$QC_REPO/slurm/env.sh"; {expr}'
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, timeout=30).stdout
+def launch_setup():
+    """launch/setup.py, the set-up (this file also runs by its path: the repository goes on sys.path)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from launch import setup
+
+    return setup
 
 
 def trainer_pip_args() -> list[str]:
-    return [a for a in env_sh("qc_trainer_pip_args").splitlines() if a]
+    """The arguments of the trainer's one resolving ``pip install``, as ``python -m launch.setup setup`` runs it."""
+    return ["-r", str(launch_setup().software(REPO).lock)]
 
 
 def project_deps() -> list[str]:
-    return [a for a in env_sh('printf "%s\\n" "${QC_PROJECT_DEPS[@]}"').splitlines() if a]
+    return list(launch_setup().PROJECT_DEPS)
 
 
 def easyr1_requirements() -> list[str]:

@@ -1,4 +1,4 @@
-"""slurm/trainer.lock: the one pinned trainer environment, for the cluster (slurm/env.sh) and .venv-easyr1."""
+"""slurm/trainer.lock: the one pinned trainer environment, for the cluster (launch/setup.py) and .venv-easyr1."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from tests.easyr1.conftest import EASYR1_PY, EASYR1_READY
 LOCK = L.read_lock()
 
 
-def test_lock_holds_the_pins_easyr1_needs_and_env_sh_reads_its_versions():
+def test_lock_holds_the_pins_easyr1_needs_and_the_set_up_reads_its_versions():
     assert Version(LOCK["omegaconf"]) < Version("2.4")
     assert Version("4.54") <= Version(LOCK["transformers"]) < Version("5")
-    versions = L.env_sh('echo "$QC_VLLM_TRAINER $QC_TORCH_TRAINER"').split()
+    sw = L.launch_setup().software(L.REPO)
+    versions = [sw.vllm_trainer, sw.torch_trainer]
     assert versions == [LOCK["vllm"], LOCK["torch"]] == ["0.11.0", "2.8.0"]
     assert L.trainer_pip_args() == ["-r", str(L.LOCK)]
     assert "verl" not in LOCK  # EasyR1 comes from its git repository (--no-deps); PyPI's `verl` is another project
@@ -62,8 +63,8 @@ def _pypi_reachable() -> bool:
 
 @pytest.mark.network
 @pytest.mark.timeout(600)
-def test_env_sh_trainer_install_set_resolves_to_exactly_the_lock():
-    """pip resolves `pip install $(qc_trainer_pip_args)` against PyPI as on the cluster (no GPU needed: only the
+def test_the_trainer_install_set_resolves_to_exactly_the_lock():
+    """pip resolves `pip install` of :func:`lock.trainer_pip_args` against PyPI as on the cluster (no GPU needed: only the
     metadata is read); every package it would install is pinned, at the pinned version. A missing pin (for example
     omegaconf, which pip would take at 2.4.0) shows up as a package outside the lock."""
     if not _pypi_reachable():

@@ -86,25 +86,36 @@ def test_kept_checkpoints_needs_max_steps_when_all_are_kept():
 
 def test_memory_of_the_8b_recipe_by_hand():
     """Two trainer GPUs and both servers on one node, rank-0 init in fp32, bf16 vLLM engines of TP 1, 32 prompts of
-    up to 30 pages of 1e6 pixels (the recipe's values)."""
+    up to 30 pages of 1e6 pixels (the recipe's values); validation of the recipe's ``val_batch_size: -1`` queues the
+    whole held-out set (83 questions), the job's bound (``data.val_batch_size=32``) no more than a rollout."""
     policy = P * 4 / GIB  # start: rank 0's fp32 copy
     vllm = 2 * P * 2 / GIB  # 2 engines' bf16 weights in sleep mode
     staging = (P * 2 + L * 4 + L * 8) / GIB  # one node holds all (2 of 2 GPUs) of model + optimizer state
-    images = 2 * 16 * 30 * 1_000_000 * 24 / GIB  # 2 workers x 32/2 prompts x 30 pages x 1e6 px x 24 B
-    loader = 8 * (30 * 1_000_000 * 24 / GIB + 1)  # 8 workers x (one prompt's pixel values + 1 GiB)
+    prompt = 30 * 1_000_000 * 24 / GIB  # one prompt's float32 pixel values: 30 pages x 1e6 px x 24 B (0.67 GiB)
+    images = 2 * 16 * prompt  # 2 workers x 32/2 prompts
+    rollout_queue = 2 * 16 * prompt  # 2 engines x 32/2 queued requests (11.5 GB an engine, as issue 31 says)
+    val_queue = 2 * 42 * prompt  # 2 engines x ceil(83/2) queued requests (about 30 GB an engine)
+    loader = 8 * (prompt + 1)  # 8 workers x (one prompt's pixel values + 1 GiB)
     always = 4 + (2 + 2) * 4 + 8 + 8  # Ray base, 2 GPU workers + 2 reward actors, judge, embedder
-    training = vllm + staging + images + loader
-    want = math.ceil((always + max(policy, training)) * 1.15)
-    est = plan_from_recipe(RECIPE).estimate
-    assert est.total_gib == want == 141
-    assert est.sbatch_mem == "141G"
-    parts = {name: gib for name, gib, _ in est.parts}
-    assert parts["policy load (rank 0)"] == pytest.approx(policy)
-    assert parts["vLLM sleep-mode weights"] == pytest.approx(vllm)
-    assert parts["checkpoint staging"] == pytest.approx(staging)
-    assert parts["actor image cache"] == pytest.approx(images)
-    assert parts["data loader"] == pytest.approx(loader)
-    assert dict(zip([p[0] for p in est.parts], est.phases, strict=True))["policy load (rank 0)"] == "start"
+    assert 16 * prompt * GIB / 1e9 == pytest.approx(11.52) and 42 * prompt * GIB / 1e9 == pytest.approx(30.24)
+    for overrides, queue, want_gib in (([], val_queue, 205), (["data.val_batch_size=32"], rollout_queue, 165)):
+        training = vllm + staging + images + queue + loader
+        peak = always + max(policy, training)
+        want = math.ceil(peak * 1.15)
+        est = plan_from_recipe(RECIPE, overrides).estimate
+        assert est.total_gib == want == want_gib and est.sbatch_mem == f"{want_gib}G"
+        assert est.peak_gib == pytest.approx(peak)
+        parts = {name: gib for name, gib, _ in est.parts}
+        assert parts["policy load (rank 0)"] == pytest.approx(policy)
+        assert parts["vLLM sleep-mode weights"] == pytest.approx(vllm)
+        assert parts["checkpoint staging"] == pytest.approx(staging)
+        assert parts["actor image cache"] == pytest.approx(images)
+        assert parts["vLLM queued images"] == pytest.approx(queue)
+        assert parts["data loader"] == pytest.approx(loader)
+        assert dict(zip([p[0] for p in est.parts], est.phases, strict=True))["policy load (rank 0)"] == "start"
+    # a validation set of another size: --val-size (the budget's --val-size)
+    small = {n: g for n, g, _ in plan_from_recipe(RECIPE, val_size=20).estimate.parts}["vLLM queued images"]
+    assert small == pytest.approx(rollout_queue)  # 10 a engine: the rollout's 16 are the larger
 
 
 def test_memory_parts_follow_their_settings():
@@ -207,18 +218,23 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_memory_cli():
-    r = _cli("memory", "--recipe", str(RECIPE))
+    r = _cli("memory", "--recipe", str(RECIPE), "data.val_batch_size=32")  # what the job passes
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0] == "141G"
+    assert lines[0] == "165G"
     assert any(line.startswith("vLLM sleep-mode weights") for line in lines)
-    assert lines[-1].endswith("-> --mem=141G")
+    assert any(line.startswith("vLLM queued images") and "a rollout batch of 32" in line for line in lines)
+    assert lines[-1].endswith("-> --mem=165G")
+    # the recipe as it is: val_batch_size -1 queues the 83 held-out questions at once; --val-size another set
+    whole = _cli("memory", "--recipe", str(RECIPE))
+    assert whole.stdout.splitlines()[0] == "205G" and "a validation batch of 83 / 2 engine group(s)" in whole.stdout
+    assert "a validation batch of 60 /" in _cli("memory", "--recipe", str(RECIPE), "--val-size", "60").stdout
     # an override reaches the estimate: one trainer GPU per node
-    one = _cli("memory", "--recipe", str(RECIPE), "--train-gpus-per-node", "1")
-    assert one.returncode == 0 and int(one.stdout.splitlines()[0].rstrip("G")) < 141
+    one = _cli("memory", "--recipe", str(RECIPE), "--train-gpus-per-node", "1", "data.val_batch_size=32")
+    assert one.returncode == 0 and int(one.stdout.splitlines()[0].rstrip("G")) < 165
     # so does an EasyR1 override: fewer pages per prompt, a smaller image cache
-    fewer = _cli("memory", "--recipe", str(RECIPE), "worker.rollout.limit_images=10")
-    assert fewer.returncode == 0 and int(fewer.stdout.splitlines()[0].rstrip("G")) < 141
+    fewer = _cli("memory", "--recipe", str(RECIPE), "worker.rollout.limit_images=10", "data.val_batch_size=32")
+    assert fewer.returncode == 0 and int(fewer.stdout.splitlines()[0].rstrip("G")) < 165
     assert "x 10 pages x" in fewer.stdout
 
 
@@ -340,3 +356,140 @@ def test_save_freq_cli(tmp_path):
     assert ok.returncode == 0 and ok.stdout.startswith("ok: save_freq=2") and not ok.stderr
     none = _cli("save-freq", "--run-dir", str(tmp_path / "empty"), "--save-freq", "2")
     assert none.returncode == 0 and none.stdout.startswith("no step time measured yet")
+
+
+# --------------------------------------------------------------------------------------------- quota (issue 31, finding 6)
+def _tool(bin_dir: Path, name: str, output: str, rc: int = 0) -> Path:
+    """A program ``name`` on ``bin_dir`` that records its arguments next to itself and prints ``output``."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    tool = bin_dir / name
+    tool.write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$*" > "{bin_dir}/{name}.args"\ncat <<\'EOF\'\n{output}EOF\nexit {rc}\n'
+    )
+    tool.chmod(0o755)
+    return tool
+
+
+QUOTA_W = """Disk quotas for user alice (uid 1000):
+     Filesystem  blocks   quota   limit   grace   files   quota   limit   grace
+      /dev/vda  1048576  2097152  2621440              12       0       0
+"""
+"""``quota -w``: 1 GiB used of a 2 GiB soft quota (KiB blocks)."""
+LFS = """Disk quotas for usr alice (uid 1000):
+     Filesystem  kbytes   quota   limit   grace   files   quota   limit   grace
+/lustre/scratch/very/long/mount
+                3145728*      0 3145728       -    1021       0       0       -
+"""
+"""``lfs quota -u``: at its 3 GiB hard limit (``*``), the file-system name wrapped onto its own line."""
+MMLSQUOTA = """                         Block Limits                                    |     File Limits
+Filesystem type             KB      quota      limit   in_doubt    grace |    files   quota    limit in_doubt
+gpfs1      USR         524288    1048576    2097152          0     none |       10       0        0        0
+"""
+
+
+def test_parse_quota_of_each_tool():
+    assert budget.parse_quota(QUOTA_W) == (1048576, 2097152, 2621440)
+    assert budget.parse_quota(LFS) == (3145728, 0, 3145728)
+    assert budget.parse_quota(MMLSQUOTA) == (524288, 1048576, 2097152)
+    assert budget.parse_quota("Disk quotas for user alice (uid 1000): none\n") is None
+    two = QUOTA_W + "   server:/home   100   200   300   1 0 0\n"
+    assert budget.parse_quota(two, "/home", "server:/home") == (100, 200, 300)  # the row of the run folder's mount
+    assert budget.parse_quota(two, "/elsewhere") == (1048576, 2097152, 2621440)
+
+
+def test_read_quota_through_the_tools_on_path(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    mount = budget.mount_of(tmp_path)[0]
+    _tool(bin_dir, "quota", QUOTA_W)
+    q = budget.read_quota(tmp_path / "run", user="alice", fstype="ext4")
+    assert q.left == 1 * GIB and (bin_dir / "quota.args").read_text().split() == ["-w", "-f", str(mount)]
+    assert q.note == f"quota 2.0 GiB, 1.0 GiB used, 1.0 GiB left for alice on {mount} (`quota -w -f {mount}`)"
+    _tool(bin_dir, "lfs", LFS)
+    q = budget.read_quota(tmp_path, user="alice", fstype="lustre")
+    assert q.left == 0 and (bin_dir / "lfs.args").read_text().split() == ["quota", "-u", "alice", str(mount)]
+    _tool(bin_dir, "quota", "Disk quotas for user alice (uid 1000): none\n")
+    assert budget.read_quota(tmp_path, user="alice", fstype="nfs").note.startswith("no quota for alice on ")
+    _tool(bin_dir, "quota", "", rc=1)
+    assert budget.read_quota(tmp_path, user="alice", fstype="nfs").note.startswith("quota unknown: `quota -w -f ")
+    q = budget.read_quota(tmp_path, user="alice", fstype="gpfs", which=lambda name: None)  # no mmlsquota here
+    assert q.left is None and q.note.startswith("quota unknown: no mmlsquota command on this node (gpfs")
+
+
+def test_check_disk_takes_the_smaller_of_free_space_and_quota(tmp_path, monkeypatch):
+    monkeypatch.setattr(budget.shutil, "disk_usage", lambda p: Usage(1000 * GIB, 0, 500 * GIB))
+    tight = budget.Quota(50 * GIB, "quota 60.0 GiB, 10.0 GiB used, 50.0 GiB left for alice on / (`quota -w -f /`)")
+    level, msg = check_disk(tmp_path, 100 * GIB, 0.1, "5 checkpoints x 20.0 GiB", quota=tight)
+    assert level == "refuse" and "free 500.0 GiB on " in msg and "50.0 GiB left for alice" in msg
+    assert "the quota is the limit" in msg
+    assert check_disk(tmp_path, 48 * GIB, 0.1, quota=tight)[0] == "warn"
+    unknown = budget.Quota(None, "quota unknown: no quota command on this node")
+    level, msg = check_disk(tmp_path, 100 * GIB, 0.1, quota=unknown)
+    assert level == "ok" and msg.endswith("; quota unknown: no quota command on this node")
+
+
+def test_disk_cli_refuses_by_the_quota_a_quota_command_reports(tmp_path):
+    bin_dir = tmp_path / "bin"
+    _tool(bin_dir, "quota", QUOTA_W)  # 1 GiB left: far below one checkpoint of the recipe (19 GiB)
+    _tool(bin_dir, "lfs", LFS)  # used instead where the run folder is on Lustre: at its limit
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "USER": "alice"}
+    r = subprocess.run([sys.executable, "-m", "launch.budget", "disk", "--recipe", str(RECIPE), "--run-dir",
+                        str(tmp_path / "run")], capture_output=True, text=True, cwd=REPO, env=env)  # fmt: skip
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stderr.startswith("error: not enough disk: need ") and r.stderr.count("\n") == 1
+    assert "GiB left for alice on " in r.stderr and "the quota is the limit" in r.stderr
+
+
+# --------------------------------------------------------------------------------------------- save_freq (finding 5)
+def test_plan_save_freq_lowers_keeps_or_refuses():
+    got = budget.plan_save_freq(4, 1400.0, "estimated", 3000, user_set=False)
+    assert got.override == "trainer.save_freq=2" and not got.warning
+    assert "trainer.save_freq=4 x 1400 s = 5600 s is past the 3000 s stop grace" in got.note
+    assert "the job passes trainer.save_freq=2 (2800 s between checkpoints)" in got.note
+    fits = budget.plan_save_freq(4, 700.0, "measured", 3000, user_set=False)
+    assert fits.override == "" and "= 2800 s fits the 3000 s stop grace" in fits.note
+    mine = budget.plan_save_freq(4, 1400.0, "estimated", 3000, user_set=True)
+    assert mine.override == "" and mine.warning and "your trainer.save_freq=4 is kept" in mine.note
+    assert "trainer.save_freq=2 fits" in mine.note
+    assert budget.plan_save_freq(-1, 1000.0, "measured", 3000, False).override == "trainer.save_freq=3"
+    assert budget.plan_save_freq(4, None, "no step measured yet", 3000, False).override == ""
+    with pytest.raises(InputError, match="one training step .* is longer than the stop grace of 3000 s"):
+        budget.plan_save_freq(1, 3500.0, "measured", 3000, user_set=False)
+    assert budget.plan_save_freq(1, 3500.0, "measured", 3000, user_set=True).warning
+
+
+def test_step_seconds_measured_else_the_models_estimate(tmp_path):
+    run = tmp_path / "run"
+    t, source = budget.step_seconds(run, "Qwen/Qwen3-VL-8B-Instruct")
+    assert t == budget.STEP_SECONDS_ESTIMATES["qwen3-vl-8b-instruct"] == 1400.0 and source.startswith("estimated")
+    assert budget.step_seconds(run, "standin/policy") == (None, "no step measured yet and no estimate for "
+                                                                "standin/policy")  # fmt: skip
+    seg = new_segment(run, "100", 0)
+    _log(run / "segments" / seg.name, [_row(s, 600.0) for s in range(1, 4)])
+    t, source = budget.step_seconds(run, "Qwen/Qwen3-VL-8B-Instruct")
+    assert t == 600.0 and source.startswith("measured")
+
+
+# --------------------------------------------------------------------------------------------- host memory (finding 2)
+def test_plan_val_batch_bounds_the_whole_set_to_the_rollout_batch():
+    over, note = budget.plan_val_batch(-1, 32, user_set=False)
+    assert over == "data.val_batch_size=32" and "data.val_batch_size=-1 (the whole validation set" in note
+    assert budget.plan_val_batch(64, 32, False)[0] == "data.val_batch_size=32"
+    assert budget.plan_val_batch(32, 32, False) == ("", "")
+    over, note = budget.plan_val_batch(-1, 32, user_set=True)
+    assert over == "" and "is yours: kept" in note
+    with pytest.raises(InputError, match="data.val_batch_size='all'"):
+        budget.plan_val_batch("all", 32, False)
+
+
+def test_host_memory_against_the_jobs_memory():
+    est = plan_from_recipe(RECIPE, ["data.val_batch_size=32"]).estimate  # peak 143.2 GiB, --mem=165G
+    assert budget.job_memory_mib({"SLURM_MEM_PER_NODE": "144384"}) == 141 * 1024
+    assert budget.job_memory_mib({"SLURM_MEM_PER_NODE": "0"}) is None and budget.job_memory_mib({}) is None
+    level, msg = budget.check_host_memory(est, 141 * 1024)  # the header's old --mem=141G
+    assert level == "refuse" and "143.2 GiB at peak" in msg and "past the job's 141 GiB" in msg
+    assert "sbatch --mem=165G" in msg
+    assert budget.check_host_memory(est, 150 * 1024)[0] == "warn"  # the peak fits, the margin does not
+    assert budget.check_host_memory(est, 165 * 1024)[0] == "ok"
+    level, msg = budget.check_host_memory(est, None)
+    assert level == "ok" and "not known here" in msg

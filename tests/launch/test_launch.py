@@ -2,7 +2,7 @@
 
 The trainer, judge and embedder are tests/standins (EasyR1-shaped checkpoints and logs, vLLM-shaped servers);
 everything else is the real launch code: #SBATCH lines, GPU split, health waits, signal handling, checkpoint
-repair, segments, the merged run log, self-submission with --dependency=afterany. The end of a job's wall time
+repair, segments, the merged run log, the job's `scontrol requeue` of itself. The end of a job's wall time
 is played by `scancel --signal=USR1 --batch` (what --signal=B:USR1@... delivers), since Slurm enforces wall time
 only at minute granularity. Steps take 1 s, so the whole module runs in about a minute.
 
@@ -57,7 +57,6 @@ worker:
 T = float(os.environ.get("QUOTECITE_SLURM_TEST_TIMEOUT", "180"))
 # --signal: the script asks for USR1 an hour before its wall time; with a 10-minute limit that would come at once.
 SBATCH_ARGS = "--cpus-per-task=1 --mem=500M --time=00:10:00 --signal=B:USR1@1"
-NEXT_JOB_ARGS = "--signal=B:USR1@1"
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -123,8 +122,6 @@ class Run:
             "QUOTECITE_HEALTH_POLL": "0.2",
             "QUOTECITE_HEALTH_TIMEOUT": "30",
             "QUOTECITE_STOP_GRACE": "30",
-            # the next job repeats this one's allocation, read from Slurm; only --signal cannot be read back
-            "QUOTECITE_SBATCH_ARGS": NEXT_JOB_ARGS,
             **env,
         }
 
@@ -141,9 +138,9 @@ class Run:
             path.read_text().count("SIGUSR1: stopping the trainer after its next checkpoint") if path.exists() else 0
         )
 
-    def submit(self) -> str:
+    def submit(self, *extra: str) -> str:
         r = subprocess.run(
-            ["sbatch", "--parsable", f"--job-name={self.name}", *SBATCH_ARGS.split(),
+            ["sbatch", "--parsable", f"--job-name={self.name}", *SBATCH_ARGS.split(), *extra,
              f"--output={self.dir}/logs/first-%j.out", f"--chdir={REPO}", str(REPO / "launch" / "grpo_8b.sh")],
             env=self.env, capture_output=True, text=True, check=True,
         )  # fmt: skip
@@ -222,37 +219,38 @@ def assert_every_step_once(run: Run, max_steps: int, counters: dict = ONE_CALL_E
 
 
 # --------------------------------------------------------------------------------------------- tests
-def test_three_job_chain_reaches_max_steps_with_every_step_logged_once(tmp_path, cleanup_jobs):
+def test_a_job_requeues_itself_twice_and_reaches_max_steps_with_every_step_logged_once(tmp_path, cleanup_jobs):
     run = Run(tmp_path, max_steps=8, gate=True)
     cleanup_jobs.append(run)
     run.allow(2)
-    first = run.submit()
-    # Job 1 gets the wall-time warning at checkpoint 2 and stops after the next one (3); job 2 gets it at
-    # checkpoint 5 and stops after 6; job 3 runs to the end. The gate holds the trainer at each point until
-    # the launch has acted on the signal, so the chain's shape does not depend on the machine's speed.
+    job = run.submit()
+    # Run 1 gets the wall-time warning at checkpoint 2 and stops after the next one (3), then requeues itself; run 2
+    # gets it at checkpoint 5 and stops after 6; run 3 goes to the end. The gate holds the trainer at each point
+    # until the launch has acted on the signal, so the chain's shape does not depend on the machine's speed.
     wait_for(lambda: run.last_step() == 2, T, "checkpoint 2")
-    run.usr1(first)
-    wait_for(lambda: run.usr1_seen() == 1, T, "the first job to act on SIGUSR1")
+    run.usr1(job)
+    wait_for(lambda: run.usr1_seen() == 1, T, "run 1 to act on SIGUSR1")
     run.allow(3)
-    second = wait_for(lambda: next((j for j in jobs_named(run.name) if j != first), None), T, "a second job")
-    assert show_job(second)["Dependency"] in (f"afterany:{first}(unfulfilled)", "(null)")
-    # the first job ends right after it submits the second (they may overlap for a moment)
-    wait_for(lambda: show_job(second).get("JobState") == "RUNNING", T, "the second job to run")
+    run.release(job)  # the job requeued itself (PENDING, BeginTime): start it now, not in ~121 s
+    wait_for(lambda: show_job(job).get("JobState") == "RUNNING", T, "run 2")
     run.allow(5)
     wait_for(lambda: run.last_step() == 5, T, "checkpoint 5")
-    run.usr1(second)
-    wait_for(lambda: run.usr1_seen() == 2, T, "the second job to act on SIGUSR1")
+    run.usr1(job)
+    wait_for(lambda: run.usr1_seen() == 2, T, "run 2 to act on SIGUSR1")
     run.allow(6)
-    wait_for(lambda: len(jobs_named(run.name)) == 3, T, "a third job")
+    run.release(job)
+    wait_for(lambda: show_job(job).get("Restarts") == "2", T, "run 3")
     run.allow(8)
     ids = run.wait_chain_end()
 
-    assert len(ids) == 3, run.logs()
-    assert [show_job(j)["JobState"] for j in ids] == ["COMPLETED"] * 3
+    assert ids == [job], run.logs()  # one job id all along: no other job was submitted
+    info = show_job(job)
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "2")
     segs = run.segments()
-    assert [s["job_id"] for s in segs] == ids
+    assert [(s["name"], s["job_id"]) for s in segs] == [(f"{job}-{i}", job) for i in range(3)]
+    # the SIGTERM each requeue brings was expected: no "terminated" segment, no extra record
     assert [s["status"] for s in segs] == ["stopped", "stopped", "finished"]
-    # each job stopped right after the checkpoint that followed its warning, and the next resumed from it
+    # each run stopped right after the checkpoint that followed its warning, and the next resumed from it
     assert [(s["resume_step"], s["end_step"]) for s in segs] == [(0, 3), (3, 6), (6, 8)]
     log = assert_every_step_once(run, 8)
     assert {r["segment"] for r in log} == {s["name"] for s in segs}
@@ -267,16 +265,67 @@ def test_three_job_chain_reaches_max_steps_with_every_step_logged_once(tmp_path,
     trainer_log = (run.dir / "segments" / segs[1]["name"] / "trainer.log").read_text()
     assert "global_step_3." in trainer_log  # "Load from checkpoint: .../global_step_3."
     man = json.loads((run.dir / "manifest.json").read_text())
-    assert [j["job_id"] for j in man["jobs"]] == ids
+    assert [(j["job_id"], j["segment"]) for j in man["jobs"]] == [(job, s["name"]) for s in segs]
     assert [j["next"] for j in man["jobs"]] == ["continue", "continue", "done"]
     assert man["recipe"]["sha256"] and man["max_steps"] == 8
     assert man["models"] == {"policy": "standin/policy", "judge": "Qwen/Qwen3.5-9B",
                              "embedder": "Qwen/Qwen3-VL-Embedding-2B"}  # fmt: skip
-    assert "run complete: global_step_8 reaches max_steps=8" in (run.dir / "chain.log").read_text()
-    # the reward's samples of every step, once, across the three jobs, and the page that shows them
+    chain = (run.dir / "chain.log").read_text()
+    assert "run complete: global_step_8 reaches max_steps=8" in chain
+    assert chain.count(f"requeueing job {job}") == 2 and "SIGTERM: stopping" not in chain
+    assert [f"this is run {i} of job {job}" in chain for i in (1, 2, 3)] == [True] * 3
+    # one output file, appended to by the three runs (--open-mode=append), with Slurm's own line for each requeue
+    (out,) = (run.dir / "logs").glob("*.out")
+    assert out.read_text().count("DUE TO JOB REQUEUE") == 2
+    # the reward's samples of every step, once, across the three runs, and the page that shows them
     assert [s for s, _, _ in collect_steps(run.dir)] == list(range(1, 9))
     page = (run.dir / "samples.html").read_text()
     assert '"step": 8' in page and "samples browser: " + str(run.dir / "samples.html") in run.logs()
+
+
+def test_a_job_that_cannot_requeue_itself_stops_with_slurms_reason_and_the_command_to_resume(tmp_path, cleanup_jobs):
+    run = Run(tmp_path, max_steps=4, gate=True)
+    cleanup_jobs.append(run)
+    run.allow(2)
+    job = run.submit("--no-requeue")  # Requeue=0: what a cluster with JobRequeue=0 gives a job without --requeue
+    wait_for(lambda: run.last_step() == 2, T, "checkpoint 2")
+    run.usr1(job)
+    wait_for(lambda: run.usr1_seen() == 1, T, "the job to act on SIGUSR1")
+    run.allow(3)
+    assert run.wait_chain_end() == [job], run.logs()
+    info = show_job(job)
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("FAILED", "1:0", "0")
+    assert [(s["status"], s["end_step"]) for s in run.segments()] == [("stopped", 3)]
+    out = run.logs()
+    assert (f"error: the job could not requeue itself (scontrol requeue {job}: Requested operation is presently "
+            f"disabled for job {job}); the chain stops here. To resume: cd {REPO} && QUOTECITE_RUN_DIR={run.dir} "
+            "sbatch [your sbatch options] launch/grpo_8b.sh") in out  # fmt: skip
+
+
+SRUN_STEPS = """
+ARGS=$({python} -c 'import os; from launch.job import srun_cpus; print(*srun_cpus(os.environ))')
+echo "args=$ARGS"
+srun --exact --ntasks=1 $ARGS bash -c 'scontrol show step -o $SLURM_JOB_ID.$SLURM_STEP_ID' > {out}/with.txt
+srun --exact --ntasks=1 bash -c 'scontrol show step -o $SLURM_JOB_ID.$SLURM_STEP_ID' > {out}/without.txt
+touch {out}/done
+"""
+
+
+def test_srun_steps_get_the_jobs_cpus_per_task(tmp_path, cleanup_jobs):
+    """A job of --cpus-per-task=2: an srun step given srun_cpus holds 2 CPUs, one without holds 1 (srun of 22.05
+    does not read SLURM_CPUS_PER_TASK; --exact makes the step hold only what it asks for)."""
+    name = f"qc-cpus-{uuid.uuid4().hex[:8]}"
+    cleanup_jobs.append(name)
+    script = tmp_path / "steps.sh"
+    script.write_text("#!/bin/bash\n" + SRUN_STEPS.format(python=PY, out=tmp_path))
+    subprocess.run(["sbatch", "--parsable", f"--job-name={name}", "-p", "ci", "--ntasks=1", "--cpus-per-task=2",
+                    "--time=00:05:00", f"--output={tmp_path}/job.out", f"--chdir={REPO}", str(script)],
+                   env={**os.environ, "PYTHONPATH": str(REPO)}, check=True, capture_output=True)  # fmt: skip
+    wait_for(lambda: (tmp_path / "done").exists(), T, f"job {name}'s steps", poll=0.5)
+    assert "args=--cpus-per-task=2" in (tmp_path / "job.out").read_text()
+    cpus = {k: re.search(r"\bCPUs=(\d+)", (tmp_path / f"{k}.txt").read_text()) for k in ("with", "without")}
+    assert cpus["with"] and cpus["without"], {k: (tmp_path / f"{k}.txt").read_text() for k in cpus}
+    assert (int(cpus["with"].group(1)), int(cpus["without"].group(1))) == (2, 1)
 
 
 def test_requeue_mid_job_loses_no_completed_step_and_duplicates_none(tmp_path, cleanup_jobs):
@@ -375,9 +424,11 @@ def test_chain_stops_after_the_set_number_of_jobs_without_progress(tmp_path, cle
         QUOTECITE_MAX_STALLED_JOBS="2",
     )
     cleanup_jobs.append(run)
-    run.submit()
+    job = run.submit()
+    run.release(job)  # run 1 crashed at step 0: one job without progress, so it requeued itself
     ids = run.wait_chain_end()
-    assert jobs_named(run.name) == ids and len(ids) == 2, run.logs()
+    assert jobs_named(run.name) == ids == [job], run.logs()
+    assert show_job(job)["Restarts"] == "1"
     assert [s["status"] for s in run.segments()] == ["crashed", "crashed"]
     assert "2 jobs in a row made no progress (stuck at step 0); not resubmitting" in run.logs()
 

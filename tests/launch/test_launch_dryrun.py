@@ -115,7 +115,7 @@ def test_dry_run_shows_the_gpu_split_trainer_on_0_1_servers_on_2(tmp_path):
     assert j[j.index("--port") + 1] == "{port}" and wrapper_flag(judge, "--port-file").endswith("/judge.port")
     names = [s["name"] for s in st]
     assert names == ["prepare", "disk", "judge", "health-judge", "embed", "health-embed", "check", "trainer", "finish",
-                     "samples-page", "submit"]  # fmt: skip
+                     "samples-page", "requeue"]  # fmt: skip
 
 
 def test_dry_run_trainer_command_resumes_in_the_run_folder_and_reaches_the_servers(tmp_path):
@@ -132,6 +132,8 @@ def test_dry_run_trainer_command_resumes_in_the_run_folder_and_reaches_the_serve
         "trainer.find_last_checkpoint=true",
         "trainer.max_steps=144",
         "data.train_files=/d/train.parquet",
+        "trainer.save_freq=2",  # the stop grace (launch.budget.plan_save_freq; tests/launch/test_preflight.py)
+        "data.val_batch_size=32",  # validation's host memory (launch.budget.plan_val_batch)
         *PINNED,
     ]
     assert all(Path(o.split("=", 1)[1].split(":")[0]).is_file() for o in PINNED[:2])
@@ -144,10 +146,8 @@ def test_dry_run_trainer_command_resumes_in_the_run_folder_and_reaches_the_serve
     assert env["PYTHONPATH"].split(":")[0] == str(REPO)
     # one trainer node: EasyR1's ray.init() starts a Ray of its own, in this job's own temp dir
     assert env["RAY_ADDRESS"] == "local" and env["RAY_TMPDIR"] == "/tmp/qcray-JOBID"
-    # the next job of the chain
-    sbatch = step(st, "submit")["argv"]
-    assert "--dependency=afterany:JOBID" in sbatch and "--open-mode=append" in sbatch
-    assert sbatch[-1] == GRPO
+    # the chain goes on in this same job: its last step requeues it (same id, options and arguments)
+    assert st[-1]["name"] == "requeue" and st[-1]["argv"] == ["scontrol", "requeue", "JOBID"]
     assert not run.exists()  # a dry run creates nothing
 
 
@@ -166,10 +166,14 @@ def test_too_few_gpus_is_an_error_that_says_how_many_are_needed(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_dry_run_passes_extra_arguments_to_the_trainer_and_the_next_job(tmp_path):
+def test_dry_run_passes_extra_arguments_to_the_trainer_and_requeues_itself(tmp_path):
     st = steps(tmp_path, args=("worker.rollout.n=8",), QUOTECITE_MAX_STEPS="8")
     assert step(st, "trainer")["argv"][-5:] == ["worker.rollout.n=8", *PINNED]
-    assert step(st, "submit")["argv"][-2:] == [GRPO, "worker.rollout.n=8"]
+    # Slurm reruns the same script with the same arguments: nothing to repeat
+    assert step(st, "requeue")["argv"] == ["scontrol", "requeue", "JOBID"]
+    out = dry_run(tmp_path, args=("worker.rollout.n=8",), QUOTECITE_MAX_STEPS="8")
+    assert "# if the run is not complete and the job made progress: requeue this same job" in out
+    assert "+ scontrol requeue JOBID" in out and "chain: scontrol requeue of this job" in out
 
 
 @pytest.mark.parametrize(
@@ -331,7 +335,7 @@ def test_an_attempt_that_keeps_no_group_stops_the_run_with_one_line_and_no_reque
     r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr[-3000:]
     assert "training stopped at step 3: attempt" in r.stderr and "2 with equal rewards" in r.stderr
-    assert "submitting the next job" not in r.stderr and "sbatch" not in r.stderr
+    assert "the run continues" not in r.stderr and "scontrol requeue" not in r.stderr
     (seg,) = [json.loads(p.read_text()) for p in (run / "segments").glob("*/segment.json")]
     assert seg["status"] == "no_group_kept" and seg["end_step"] == 2  # the checkpoint before is intact
     assert tracker_step(run) == 2
@@ -669,8 +673,10 @@ def test_the_next_job_warns_when_save_freq_steps_outlast_the_stop_grace(tmp_path
     env["QUOTECITE_MAX_STEPS"] = "4"
     r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    warning = next(x for x in r.stderr.splitlines() if "warning:" in x and "save_freq" in x)
-    assert "save_freq=8" in warning and "save_freq=4" in warning, warning
+    # issue 31, finding 5: the second job lowers save_freq itself (an override it passes and says), before training
+    line = next(x for x in r.stderr.splitlines() if "save_freq" in x and "stop grace" in x)
+    assert "trainer.save_freq=8 x " in line and "the job passes trainer.save_freq=4" in line, line
+    assert "measured: the median timing_s/step" in line, line
 
 
 @pytest.mark.parametrize(

@@ -162,7 +162,8 @@ def chain(data, tmp_path_factory):
 
     1. job J, segment J-0: validation at 0, steps 1, 2 (checkpoint 2), 3; while the worker waits before step 4 the
        job is requeued (`scontrol requeue`): SIGTERM, no checkpoint 3;
-    2. the requeued job, segment J-1: resumes from EasyR1's tracker at 2, validation at 2, step 3 again; while the
+    2. the requeued job, segment J-1: resumes from EasyR1's tracker at 2 (no validation there: the launch passes
+       ``trainer.val_before_train=false`` to a resumed trainer), step 3 again; while the
        worker waits before step 4 the judge process is stopped (SIGSTOP: alive, answering nothing); step 4's reward
        waits out judge_outage_s=2, the reward actor raises, EasyR1's fit ends;
     3. the launch restarts both servers and the trainer, segment J-2: resumes from 2 again, steps 3, 4 (checkpoint
@@ -202,9 +203,9 @@ def test_the_requeued_job_resumes_from_easyr1s_tracker_with_the_saved_adapter(ch
     segs = run.segments()
     assert [(s["name"], s["status"], s["resume_step"]) for s in segs][:2] == [(seg0, "terminated", 0),
                                                                                (seg1, "outage", 2)]  # fmt: skip
-    # EasyR1's file logger: validation at 0, steps 1-3; the requeued run validates again at its resume step
+    # EasyR1's file logger: validation at 0, steps 1-3; the requeued run resumes without validating again
     assert [(x["step"], "val" in x) for x in run.seg_log(seg0)] == [(0, True), (1, False), (2, False), (3, False)]
-    assert [(x["step"], "val" in x) for x in run.seg_log(seg1)] == [(2, True), (3, False)]
+    assert [(x["step"], "val" in x) for x in run.seg_log(seg1)] == [(3, False)]
     # it loaded checkpoint 2 (the tracker's last step; step 3 had no checkpoint), with the adapter saved there
     load = run.events("load_checkpoint")[0]
     assert load["path"] == str(run.dir / "checkpoints" / "global_step_2" / "actor")
@@ -227,7 +228,7 @@ def test_a_judge_outage_restarts_the_servers_and_easyr1s_loop_resumes_from_its_l
     loads = run.events("load_checkpoint")
     assert [e["path"] for e in loads] == [str(run.dir / "checkpoints" / "global_step_2" / "actor")] * 2
     assert loads[1]["adapter_equal"]
-    assert [(x["step"], "val" in x) for x in run.seg_log(seg2)] == [(2, True), (3, False), (4, False), (4, True)]
+    assert [(x["step"], "val" in x) for x in run.seg_log(seg2)] == [(3, False), (4, False), (4, True)]
     tracker = json.loads((run.dir / "checkpoints" / "checkpoint_tracker.json").read_text())
     assert tracker["last_global_step"] == 4
     assert sorted(p.name for p in (run.dir / "checkpoints").glob("global_step_*")) == ["global_step_2",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -31,7 +32,9 @@ def test_help_follows_the_markers_when_the_header_moves(script, tmp_path):
     text = (REPO / script).read_text()
     moved = tmp_path / "moved.sh"
     moved.write_text(text.replace("#SBATCH --nodes=1\n", "#SBATCH --nodes=1\n#SBATCH --comment=an-extra-line\n"))
-    out = subprocess.run(["bash", str(moved), "-h"], capture_output=True, text=True, timeout=60)
+    # a copy outside the repository (as sbatch's spool copy) finds it through QUOTECITE_REPO
+    out = subprocess.run(["bash", str(moved), "-h"], env={**os.environ, "QUOTECITE_REPO": str(REPO)},
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
     original = subprocess.run(["bash", script, "-h"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout == original.stdout
 
@@ -58,7 +61,8 @@ def test_the_memory_request_is_the_estimate_it_comes_from():
 
     header = (REPO / "launch/grpo_8b.sh").read_text()
     (mem,) = re.findall(r"^#SBATCH --mem=(\S+)$", header, re.M)
-    plan = plan_from_recipe(REPO / "recipes/qwen3vl_8b_grpo.yaml", n_gpus_per_node=2)
+    # with the validation batch the job passes (launch.budget.plan_val_batch: the recipe's -1 bounded to 32)
+    plan = plan_from_recipe(REPO / "recipes/qwen3vl_8b_grpo.yaml", ["data.val_batch_size=32"], n_gpus_per_node=2)
     assert mem == plan.estimate.sbatch_mem
     assert "python -m launch.budget memory --recipe recipes/qwen3vl_8b_grpo.yaml" in header
 

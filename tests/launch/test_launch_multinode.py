@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from tests.launch.test_launch import (
-    NEXT_JOB_ARGS,
     ONE_CALL_EACH,
     REPO,
     SBATCH_ARGS,
@@ -30,7 +29,7 @@ from tests.launch.test_launch import (
     show_job,
 )
 from tests.launch.test_launch import _slurm_reason as _base_reason
-from tests.support.slurm import jobs_named, wait_for
+from tests.support.slurm import wait_for
 
 PARTITION_ARGS = "-p ci3 --nodes=3 --gpus-per-node=1"
 BOTH_NODES = {"judge_calls": 2, "embed_calls": 2, "nodes": {"ci3n1": ONE_CALL_EACH, "ci3n2": ONE_CALL_EACH}}
@@ -53,13 +52,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(_reason()), reason=_rea
 
 
 class MultiRun(Run):
-    """A run whose jobs (the first and every resubmission) ask for three one-GPU nodes of partition ci3."""
+    """A run whose job asks for three one-GPU nodes of partition ci3 (and keeps them when it requeues itself)."""
 
     def __init__(self, tmp: Path, max_steps: int, save_freq: int = 1, gate: bool = False, **env: str) -> None:
         # Ray's sockets live under its temp dir: a short path (unix socket paths are limited to ~107 bytes)
         self.ray_tmp = f"/tmp/qcray-{uuid.uuid4().hex[:8]}"
-        super().__init__(tmp, max_steps, save_freq, gate, QUOTECITE_SBATCH_ARGS=NEXT_JOB_ARGS,
-                         QUOTECITE_RAY_CMD=str(RAY), QUOTECITE_RAY_TMPDIR=self.ray_tmp, QUOTECITE_RAY_TIMEOUT="120",
+        super().__init__(tmp, max_steps, save_freq, gate, QUOTECITE_RAY_CMD=str(RAY), QUOTECITE_RAY_TMPDIR=self.ray_tmp, QUOTECITE_RAY_TIMEOUT="120",
                          **env)  # fmt: skip
 
     def submit(self) -> str:
@@ -139,9 +137,10 @@ def test_a_ray_worker_step_that_dies_fails_the_segment_naming_its_node(tmp_path,
     os.kill(worker[0], signal.SIGKILL)
     wait_for(lambda: len(run.segments()) and run.segments()[0]["status"] != "running", T, "the segment to end")
     run.allow(3)
+    run.release(job)
     ids = run.wait_chain_end()
-    # the job made progress (checkpoint 1), so the chain goes on: the next job starts a new cluster and finishes
-    assert len(ids) == 2 and ids[0] == job, run.logs()
+    # the job made progress (checkpoint 1), so the chain goes on: requeued, it starts a new cluster and finishes
+    assert ids == [job] and show_job(job)["Restarts"] == "1", run.logs()
     segs = run.segments()
     assert [s["status"] for s in segs] == ["crashed", "finished"]
     assert segs[0]["message"].startswith("Ray worker (srun step) on ci3n2 exited (code 137); see its log ")
@@ -183,41 +182,39 @@ def test_two_judge_replicas_on_two_nodes_one_killed_the_other_answers(tmp_path, 
 
 
 def test_a_three_node_chain_requeued_twice_runs_every_segment_on_three_nodes(tmp_path, cleanup_jobs):
-    # Only the first job is submitted with -p ci3 --nodes=3 --gpus-per-node=1: the next job of the chain must ask
-    # for the same allocation by itself (read from Slurm), or it falls back to the script's 1 x 3-GPU header.
+    # Only the job's submission says -p ci3 --nodes=3 --gpus-per-node=1 (the script's header asks for 1 x 3 GPUs):
+    # requeued by Slurm, by itself at the wall-time warning, then by Slurm again, every run keeps that allocation.
     run = MultiRun(tmp_path, max_steps=6, gate=True)
     cleanup_jobs.append(run)
     run.allow(1)
-    first = run.submit()
-    wait_for(lambda: max(run.logged_steps(f"{first}-0"), default=0) == 1, T, "step 1 logged")
-    subprocess.run(["scontrol", "requeue", first], check=True)  # requeue 1
-    wait_for(lambda: show_job(first).get("JobState") == "PENDING", T, "the requeued job to be pending")
+    job = run.submit()
+    wait_for(lambda: max(run.logged_steps(f"{job}-0"), default=0) == 1, T, "step 1 logged")
+    subprocess.run(["scontrol", "requeue", job], check=True)  # requeue 1, by Slurm
+    wait_for(lambda: show_job(job).get("JobState") == "PENDING", T, "the requeued job to be pending")
     run.allow(2)
-    run.release(first)
+    run.release(job)
     wait_for(lambda: run.last_step() == 2, T, "checkpoint 2")
-    run.usr1(first)  # the wall-time warning: stop after the next checkpoint and submit the next job
-    wait_for(lambda: run.usr1_seen() == 1, T, "the first job to act on SIGUSR1")
+    run.usr1(job)  # the wall-time warning: stop after the next checkpoint and requeue itself (requeue 2)
+    wait_for(lambda: run.usr1_seen() == 1, T, "the job to act on SIGUSR1")
     run.allow(3)
-    second = wait_for(lambda: next((j for j in jobs_named(run.name) if j != first), None), T, "a second job")
-    wait_for(lambda: max(run.logged_steps(f"{second}-0"), default=0) == 3, T, "step 3 logged by the second job")
+    run.release(job)
     run.allow(4)
-    wait_for(lambda: max(run.logged_steps(f"{second}-0"), default=0) == 4, T, "step 4 logged by the second job")
-    subprocess.run(["scontrol", "requeue", second], check=True)  # requeue 2
-    wait_for(lambda: show_job(second).get("JobState") == "PENDING", T, "the second job to be pending")
+    wait_for(lambda: max(run.logged_steps(f"{job}-2"), default=0) == 4, T, "step 4 logged by run 3")
+    subprocess.run(["scontrol", "requeue", job], check=True)  # requeue 3, by Slurm
+    wait_for(lambda: show_job(job).get("JobState") == "PENDING", T, "the job to be pending again")
     run.allow(6)
-    run.release(second)
+    run.release(job)
     ids = run.wait_chain_end()
 
-    assert ids == [first, second], run.logs()
-    for j in ids:
-        info = show_job(j)
-        assert (info["JobState"], info["NumNodes"], info["NodeList"], info["Restarts"]) == \
-               ("COMPLETED", "3", "ci3n[1-3]", "1")  # fmt: skip
-        assert info["Partition"] == "ci3" and info["TresPerNode"] == "gres:gpu:1"
+    assert ids == [job], run.logs()
+    info = show_job(job)
+    assert (info["JobState"], info["NumNodes"], info["NodeList"], info["Restarts"]) == \
+           ("COMPLETED", "3", "ci3n[1-3]", "3")  # fmt: skip
+    assert info["Partition"] == "ci3" and info["TresPerNode"] == "gres:gpu:1"
     segs = run.segments()
     assert [s["status"] for s in segs] == ["terminated", "stopped", "terminated", "finished"]
     man = json.loads((run.dir / "manifest.json").read_text())
-    # every segment (4: two jobs, each requeued once) ran on the three nodes
+    # every segment (4: one job, run four times) ran on the three nodes
     assert [j["nodes"] for j in man["jobs"]] == [["ci3n1", "ci3n2", "ci3n3"]] * 4
     assert_every_step_once(run, 6, BOTH_NODES)
     wait_for(lambda: not run.ray_processes(), 30, "every Ray process to end with the job")

@@ -12,7 +12,7 @@ import pytest
 
 from tests.launch.test_launch import GRPO_SCRIPT, REPO, SBATCH_ARGS, Run, T, assert_every_step_once, show_job
 from tests.launch.test_launch import _slurm_reason as _reason
-from tests.support.slurm import jobs_named, normalise_steps, wait_for
+from tests.support.slurm import normalise_steps, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(_reason()), reason=_reason() or "-")]
 
@@ -20,18 +20,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.skipif(bool(_reason()), reason=_rea
 def test_the_steps_a_job_ran_are_the_steps_its_dry_run_printed(tmp_path, cleanup_jobs):
     run = Run(tmp_path, max_steps=4, gate=True)
     cleanup_jobs.append(run)
-    run.allow(1)
-    job = run.submit()
-    wait_for(lambda: run.last_step() == 1, T, "checkpoint 1")
-    run.usr1(job)  # stop at the next checkpoint and submit the next job: the path the dry run shows
-    wait_for(lambda: run.usr1_seen() == 1, T, "the job to act on SIGUSR1")
-    run.allow(2)
-    second = wait_for(lambda: next((j for j in jobs_named(run.name) if j != job), None), T, "the next job")
-    subprocess.run(["scancel", second], check=True)
-    wait_for(lambda: show_job(job).get("JobState") == "COMPLETED", T, "the first job to end")
-    ran = [json.loads(x) for x in (run.dir / "logs" / f"steps-{job}.jsonl").read_text().splitlines()]
-
-    # the dry run, as a job of the same shape (the same allocation, read back from Slurm for the next job's sbatch)
+    # the dry run, as a job of the same shape, before the job: what the job then ran from the same run folder (after
+    # it, the dry run would show the resume the next run makes: trainer.val_before_train=false)
     out = tmp_path / "dry.jsonl"
     r = subprocess.run(
         ["sbatch", "--parsable", "--wait", f"--job-name={run.name}", *SBATCH_ARGS.split(), f"--output={out}",
@@ -41,13 +31,23 @@ def test_the_steps_a_job_ran_are_the_steps_its_dry_run_printed(tmp_path, cleanup
     assert r.returncode == 0, r.stderr + out.read_text()
     dry_job = r.stdout.strip().split(";")[0]
     printed = [json.loads(x) for x in out.read_text().splitlines() if x.startswith("{")]
+    run.allow(1)
+    job = run.submit()
+    wait_for(lambda: run.last_step() == 1, T, "checkpoint 1")
+    run.usr1(job)  # stop at the next checkpoint and requeue itself: the path the dry run shows
+    wait_for(lambda: run.usr1_seen() == 1, T, "the job to act on SIGUSR1")
+    run.allow(2)
+    # requeued, it waits ~121 s before its next run (BeginTime): cancelled there, its steps file has one run's steps
+    wait_for(lambda: show_job(job).get("Restarts") == "1" and show_job(job).get("JobState") == "PENDING", T,
+             "the job to requeue itself")  # fmt: skip
+    subprocess.run(["scancel", job], check=True)
+    wait_for(lambda: show_job(job).get("JobState") == "CANCELLED", T, "the requeued job to be cancelled")
+    ran = [json.loads(x) for x in (run.dir / "logs" / f"steps-{job}.jsonl").read_text().splitlines()]
 
     assert [s["name"] for s in ran] == ["prepare", "disk", "judge", "health-judge", "embed", "health-embed", "check",
-                                        "trainer", "finish", "samples-page", "submit"]  # fmt: skip
+                                        "trainer", "finish", "samples-page", "requeue"]  # fmt: skip
     assert normalise_steps(ran, job) == normalise_steps(printed, dry_job)
-    # the next job repeats this one's allocation, read from Slurm (not retyped)
-    submit = next(s for s in ran if s["name"] == "submit")["argv"]
-    assert {"--nodes=1", "--cpus-per-task=1", "--mem=500M", "--time=00:10:00", "--partition=ci"} <= set(submit)
+    assert ran[-1]["argv"] == ["scontrol", "requeue", job]  # this same job, with every option it was given
 
 
 def test_two_jobs_on_one_node_both_train(tmp_path, cleanup_jobs):

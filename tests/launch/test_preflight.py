@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -358,3 +359,172 @@ def test_dry_run_on_a_machine_without_a_driver_says_the_check_was_skipped(tmp_pa
         assert "# NVIDIA driver " in r.stdout and "not compared" in r.stdout
     else:
         assert "# driver and C compiler check skipped: no NVIDIA driver visible on this node" in r.stdout
+
+
+# --------------------------------------------------------------------------------------------- Slurm before 22.05 (finding 4)
+def srun_wrapper(bin_dir: Path, version: str) -> Path:
+    """An ``srun`` on PATH that answers ``--version`` as an older (or newer) Slurm would, and records each call."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    srun = bin_dir / "srun"
+    srun.write_text(f'#!/bin/sh\necho "$*" >> "{bin_dir}/srun.calls"\n[ "$1" = --version ] && echo "{version}"\n'
+                    "exit 0\n")  # fmt: skip
+    srun.chmod(0o755)
+    return bin_dir
+
+
+def test_slurm_version_is_read_and_an_old_one_refused_only_where_two_steps_share_a_node():
+    old, new = Probe(srun_version=lambda: "slurm 21.08.8"), Probe(srun_version=lambda: "slurm-wlm 22.05.8")
+    assert preflight.parse_slurm_version("slurm 23.11.1") == (23, 11, 1)
+    assert preflight.check_step_sharing({"gpu02": ["ray_1"], "gpu03": ["judge"]}, Probe(srun_version=None)) == ""
+    with pytest.raises(InputError) as e:
+        preflight.check_step_sharing({"gpu03": ["judge", "embed"]}, old)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("Slurm 21.08.8 (srun --version) is older than 22.05")
+    assert "judge and embed on gpu03" in msg and "sbatch --nodes=1" in msg
+    assert preflight.check_step_sharing({"gpu03": ["judge", "embed"]}, new).startswith("Slurm version   22.05.8")
+    unknown = preflight.check_step_sharing({"gpu03": ["judge", "embed"]}, Probe(srun_version=lambda: ""))
+    assert unknown.startswith("Slurm version   unknown")
+
+
+def test_dry_run_with_an_older_slurms_srun_on_path_stops_before_any_server(tmp_path):
+    bin_dir = srun_wrapper(tmp_path / "bin", "slurm 21.08.8")
+    env = job_env(tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}", **THREE_NODES)  # judge + embedder on gpu03
+    r = dry_run(env)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.splitlines() == [r.stderr.strip()]
+    assert r.stderr.startswith("error: Slurm 21.08.8 (srun --version) is older than 22.05") and "gpu03" in r.stderr
+    assert (bin_dir / "srun.calls").read_text().split() == ["--version"]  # asked, nothing started
+    ok = dry_run({**env, "PATH": f"{srun_wrapper(tmp_path / 'bin2', 'slurm 22.05.8')}:{os.environ['PATH']}"})
+    assert ok.returncode == 0, ok.stderr
+    assert "# Slurm version   22.05.8 (srun --version): steps judge and embed on gpu03 share their node" in ok.stdout
+    one = dry_run(job_env(tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}"))  # one node: no srun step at all
+    assert one.returncode == 0, one.stderr
+    assert "Slurm version" not in one.stdout
+
+
+# --------------------------------------------------------------------------------------------- dry-run overrides (2, 5, 10)
+def trainer_argv(r: subprocess.CompletedProcess) -> list[str]:
+    assert r.returncode == 0, r.stderr
+    return step([json.loads(x) for x in r.stdout.splitlines()], "trainer")["argv"]
+
+
+def test_dry_run_lowers_save_freq_to_the_stop_grace_and_keeps_the_users_own(tmp_path):
+    env = job_env(tmp_path)
+    out = dry_run(env).stdout
+    assert "# save_freq       trainer.save_freq=4 x 1400 s = 5600 s is past the 3000 s stop grace (step time " \
+           "estimated for Qwen/Qwen3-VL-8B-Instruct on H200" in out  # fmt: skip
+    assert "trainer.save_freq=2" in trainer_argv(dry_run(env, "--steps-json"))
+    mine = dry_run(env, "trainer.save_freq=4")
+    assert "# save_freq       warning: trainer.save_freq=4 x 1400 s per step" in mine.stdout
+    assert "your trainer.save_freq=4 is kept" in mine.stdout
+    argv = trainer_argv(dry_run(env, "--steps-json", "trainer.save_freq=4"))
+    assert [a for a in argv if a.startswith("trainer.save_freq=")] == ["trainer.save_freq=4"]
+    # a measured step time wins over the estimate: 500 s a step fits 6 steps into the grace
+    seg = tmp_path / "run" / "segments" / "100-0"
+    seg.mkdir(parents=True)
+    rows = [{"step": s, "timing_s": {"step": 500.0}} for s in (1, 2, 3)]
+    (seg / "experiment_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    measured = dry_run(env, "trainer.save_freq=8")
+    assert "trainer.save_freq=8 x 500 s per step" in measured.stdout and "measured: the median" in measured.stdout
+    assert "trainer.save_freq=4 x 500 s per step (measured" in dry_run(env).stdout  # 2000 s fits: nothing passed
+    with pytest.raises(InputError, match="longer than the stop grace of 300 s"):
+        dry_steps(job_env(tmp_path, QUOTECITE_STOP_GRACE="300"), Probe(read_driver=driver(None)))
+
+
+def test_dry_run_bounds_the_validation_batch_and_refuses_what_the_jobs_memory_cannot_hold(tmp_path):
+    env = job_env(tmp_path)
+    r = dry_run(env)
+    assert "# validation      data.val_batch_size=-1 (the whole validation set in one batch) would queue" in r.stdout
+    assert "the job passes data.val_batch_size=32" in r.stdout
+    assert "# host memory     143.2 GiB at peak, --mem=165G" in r.stdout
+    assert "data.val_batch_size=32" in trainer_argv(dry_run(env, "--steps-json"))
+    # the whole set, as the user asks, cannot fit a 165G job: refused before anything starts
+    big = dry_run({**env, "SLURM_MEM_PER_NODE": str(165 * 1024)}, "data.val_batch_size=-1")
+    assert big.returncode == 1 and big.stdout == "" and big.stderr.count("\n") == 1
+    assert big.stderr.startswith("error: not enough host memory for the job: 178.1 GiB at peak, --mem=205G")
+    fits = dry_run({**env, "SLURM_MEM_PER_NODE": str(165 * 1024)})
+    assert fits.returncode == 0 and "; the job has 165 GiB" in fits.stdout
+    old = dry_run({**env, "SLURM_MEM_PER_NODE": str(141 * 1024)})  # the header's --mem before this budget
+    assert old.returncode == 1 and "past the job's 141 GiB (SLURM_MEM_PER_NODE): sbatch --mem=165G" in old.stderr
+
+
+def test_a_resumed_job_does_not_validate_before_training_unless_the_user_says(tmp_path):
+    env = job_env(tmp_path)
+    assert not [a for a in trainer_argv(dry_run(env, "--steps-json")) if a.startswith("trainer.val_before_train")]
+    ckpt = tmp_path / "run" / "checkpoints"
+    actor = ckpt / "global_step_4" / "actor"
+    (actor / "lora_adapter").mkdir(parents=True)
+    for kind in ("model", "optim", "extra_state"):
+        (actor / f"{kind}_world_size_2_rank_0.pt").write_bytes(b"w")
+        (actor / f"{kind}_world_size_2_rank_1.pt").write_bytes(b"w")
+    (actor / "lora_adapter" / "adapter_model.safetensors").write_bytes(b"a")
+    (actor / "lora_adapter" / "adapter_config.json").write_text("{}")
+    (ckpt / "global_step_4" / "dataloader.pt").write_bytes(b"d")
+    (ckpt / "checkpoint_tracker.json").write_text(json.dumps({"last_global_step": 4}))
+    assert "trainer.val_before_train=false" in trainer_argv(dry_run(env, "--steps-json"))
+    assert "# resuming from step 4: trainer.val_before_train=false" in dry_run(env).stdout
+    argv = trainer_argv(dry_run(env, "--steps-json", "trainer.val_before_train=true"))
+    assert [a for a in argv if a.startswith("trainer.val_before_train")] == ["trainer.val_before_train=true"]
+
+
+def test_dry_run_says_what_it_knows_of_the_disk_quota(tmp_path):
+    r = dry_run(job_env(tmp_path, PATH=f"{tmp_path / 'nothing'}:/usr/bin:/bin"))
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("# disk quota      "))
+    if shutil.which("quota", path="/usr/bin:/bin") is None:
+        assert "quota unknown: no quota command on this node" in line
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "quota").write_text("#!/bin/sh\necho 'Disk quotas for user alice (uid 1000):'\n"
+                                   "echo '  Filesystem blocks quota limit grace files quota limit grace'\n"
+                                   "echo '  /dev/x 1048576 2097152 0 1 0 0'\n")  # fmt: skip
+    (bin_dir / "quota").chmod(0o755)
+    r = dry_run(job_env(tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}", USER="alice"))
+    assert "# disk quota      quota 2.0 GiB, 1.0 GiB used, 1.0 GiB left for alice on " in r.stdout
+
+
+# --------------------------------------------------------------------------------------------- run lock without flock (10)
+def test_run_lock_falls_back_to_an_exclusive_lock_file_where_flock_is_refused(tmp_path, monkeypatch, capsys):
+    import errno
+    import threading
+
+    from launch import run_files
+
+    def no_flock(f, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(run_files.fcntl, "flock", no_flock)
+    run = tmp_path / "run"
+    order: list[str] = []
+
+    def second() -> None:
+        with run_files.run_lock(run):
+            order.append("second")
+
+    with run_files.run_lock(run):
+        assert (run / ".runlog.lock.excl").read_text().split()[1] == str(os.getpid())
+        t = threading.Thread(target=second)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and order == []  # the second holder waits on the lock file meanwhile
+        order.append("first")
+    t.join(10)
+    assert order == ["first", "second"] and not (run / ".runlog.lock.excl").exists()
+    err = capsys.readouterr().err
+    assert err.count("warning: flock is not supported on") == 1 and "ENOLCK" in err and "O_EXCL lock file" in err
+    # a lock file left by a holder that is gone (this host, no such pid) is taken over; a live one times out
+    (run / ".runlog.lock.excl").write_text(f"{socket.gethostname()} 999999999\n")
+    with run_files.run_lock(run):
+        pass
+    (run / ".runlog.lock.excl").write_text(f"{socket.gethostname()} {os.getpid()}\n")
+    with pytest.raises(run_files.RunError, match="another job of this run has held this lock"):
+        with run_files.run_lock(run, wait_s=0.3):
+            pass
+
+    def other_error(f, op):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(run_files.fcntl, "flock", other_error)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        with run_files.run_lock(tmp_path / "other"):
+            pass

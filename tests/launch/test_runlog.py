@@ -230,7 +230,7 @@ def test_stalled_count_counts_the_latest_jobs_without_a_new_checkpoint(history, 
 @pytest.mark.parametrize(
     ("last", "action", "exit_code", "needle"),
     [
-        (seg("stopped", 0, 4), "continue", 0, "trainer stopped at step 4 of 8; submitting the next job"),
+        (seg("stopped", 0, 4), "continue", 0, "trainer stopped at step 4 of 8; the run continues"),
         (seg("crashed", 0, 2), "continue", 1, "trainer crashed at step 2 of 8"),  # progress made: retry
         (seg("stopped", 4, 8), "done", 0, "run complete: global_step_8 reaches max_steps=8"),
         (seg("finished", 4, 8), "done", 0, "run complete"),

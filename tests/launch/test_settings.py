@@ -110,7 +110,7 @@ def test_every_setting_is_used_somewhere():
 
 def test_the_scan_sees_shell_python_and_yaml():
     used = names_in_use()
-    assert any(w.startswith("slurm/") for w in used["QUOTECITE_HEALTH_TIMEOUT"] + used["QUOTECITE_ENV_ROOT"])
+    assert any(w.startswith("launch/grpo_8b.sh:") for w in used["QUOTECITE_PYTHON"])
     assert any(w.startswith("recipes/") for w in used["QUOTECITE_CKPT_DIR"])
     assert any(w.startswith("tests/standins/") for w in used["QUOTECITE_STANDIN_STEP_SECONDS"])
     assert any(w.startswith(".ci/") for w in used["QUOTECITE_SLURM_LAYOUT"])

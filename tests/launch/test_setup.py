@@ -1,7 +1,7 @@
 """launch/setup.py, the set-up step: readiness on real folder trees (venv folders with stamps, a Hugging Face cache
 laid out as huggingface_hub lays it out: ``hub/models--ORG--NAME/{blobs,refs/main,snapshots/<commit>/...}``, the
 snapshot's files links into ``blobs/``), the commands' exit codes and dry runs, ``job_env``, the real download code
-path against a local fake hub (``HF_ENDPOINT``), and the shell scripts that ask it (slurm/env.sh, eval_8b.sh,
+path against a local fake hub (``HF_ENDPOINT``), and the programs that ask it (eval_8b.sh,
 eval/gpu_smoke.sh). Nothing is installed or downloaded from the network."""
 
 from __future__ import annotations
@@ -442,22 +442,37 @@ def _bash(script: str, env: dict[str, str], timeout: float = 60) -> subprocess.C
                           timeout=timeout, cwd=REPO)  # fmt: skip
 
 
-def test_env_sh_takes_its_folders_and_versions_from_setup_py(tmp_path):
+def test_setup_shell_prints_its_folders_and_versions_for_bash(tmp_path):
     env = env_for(tmp_path, QUOTECITE_VLLM_SERVER="0.99.0")
-    r = _bash('source slurm/env.sh && printf "%s\\n" "$QC_TRAINER_PY" "$QC_SERVER_VLLM" "$QC_VLLM_TRAINER" '
-              '"$QC_ENV_STAMP" "${#QC_PROJECT_DEPS[@]}"', env)  # fmt: skip
+    r = _bash(f'eval "$({PY} -m launch.setup shell)" && printf "%s\\n" "$QC_TRAINER_PY" "$QC_SERVER_VLLM" '
+              '"$QC_VLLM_TRAINER" "$QC_ENV_STAMP" "${#QC_PROJECT_DEPS[@]}"', env)  # fmt: skip
     assert r.returncode == 0, r.stderr
     sw = S.software(REPO, env)
     assert r.stdout.split() == [str(sw.python("trainer")), str(sw.vllm), "0.11.0", S.STAMP, str(len(S.PROJECT_DEPS))]
     assert str(sw.vllm) == f"{tmp_path}/envs/server-vllm-0.99.0/bin/vllm"
 
 
+def _eval_job(tmp: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """launch/eval_8b.sh with a run folder holding an adapter, a gold file and a cache folder (the inputs it checks
+    before it starts anything)."""
+    adapter = tmp / "run" / "checkpoints" / "global_step_3" / "actor" / "lora_adapter"
+    adapter.mkdir(parents=True, exist_ok=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    (tmp / "gold.jsonl").write_text("")
+    (tmp / "cache").mkdir(exist_ok=True)
+    env = {**env, "QUOTECITE_RUN_DIR": str(tmp / "run"), "QUOTECITE_EVAL_STEP": "3", "QUOTECITE_POLICY_MODEL": MODELS[2],
+           "QUOTECITE_EVAL_GOLD": str(tmp / "gold.jsonl"), "QUOTECITE_EVAL_CACHE_DIR": str(tmp / "cache"),
+           "QUOTECITE_EVAL_SCORE_ARGS": "--judge-protocol rubric", "QUOTECITE_JUDGE_PORT": "0",
+           "QUOTECITE_EMBED_PORT": "0", "QUOTECITE_HEALTH_POLL": "0.2"}  # fmt: skip
+    return subprocess.run(["bash", str(REPO / "launch" / "eval_8b.sh"), *args], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
 def test_a_job_stops_within_seconds_naming_the_commands_and_installs_nothing(tmp_path):
-    env = env_for(tmp_path)
     t = time.monotonic()
-    r = _bash("source slurm/common.sh && QC_DRY_RUN=0 && source slurm/env.sh && qc_env_setup && echo READY", env)
+    r = _eval_job(tmp_path, env_for(tmp_path))
     assert time.monotonic() - t < 20
-    assert r.returncode == 1 and "READY" not in r.stdout
+    assert r.returncode == 1 and not (tmp_path / "run" / "eval").exists()
     assert (
         "missing: trainer environment" in r.stderr and "run: python -m launch.setup setup --only trainer" in r.stderr
     )
@@ -466,12 +481,15 @@ def test_a_job_stops_within_seconds_naming_the_commands_and_installs_nothing(tmp
 
 
 def test_a_ready_job_exports_hf_home_offline_and_the_stamps_versions(tmp_path):
-    env = ready_tree(tmp_path)
-    r = _bash('source slurm/common.sh && QC_DRY_RUN=0 && source slurm/env.sh && qc_env_setup && '
-              'bash -c \'echo "$HF_HOME $HF_HUB_OFFLINE $TRANSFORMERS_OFFLINE"\' && '
-              'echo "$QC_EASYR1_COMMIT_FULL $QC_VLLM_SERVER_VERSION"', env)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [f"{tmp_path / 'hf'} 1 1", f"b44b311{'0' * 33} 0.32.0"]
+    # the judge: a program that writes its environment and exits, so the job stops at its health wait
+    seen = tmp_path / "judge-env.txt"
+    env = ready_tree(tmp_path, QUOTECITE_JUDGE_CMD=f"sh -c 'env > {seen}; exit 3' sh")
+    r = _eval_job(tmp_path, env)
+    assert r.returncode == 1 and "judge server (" in r.stderr and "exited (code 3)" in r.stderr, r.stderr
+    got = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
+    assert (got["HF_HOME"], got["HF_HUB_OFFLINE"], got["TRANSFORMERS_OFFLINE"]) == (str(tmp_path / "hf"), "1", "1")
+    assert "127.0.0.1" in got["NO_PROXY"].split(",")
+    assert "(the server venv, vLLM 0.32.0)" in r.stderr  # the stamp's version, said in the job's log
 
 
 def test_eval_8b_says_which_python_runs_each_step_and_stops_without_the_venvs(tmp_path):

@@ -62,7 +62,7 @@ def test_smoke_dry_run_names_the_budgets_it_will_compare_with(tmp_path):
 
     out = dry_run(tmp_path, args=("--smoke",), SLURM_GPUS_PER_NODE="h200:3")
     recipe = REPO / "recipes" / "qwen3vl_8b_grpo.yaml"
-    over = ["trainer.max_steps=2", "trainer.save_freq=1", "trainer.val_freq=1"]
+    over = ["trainer.max_steps=2", "trainer.save_freq=1", "trainer.val_freq=1", "data.val_batch_size=32"]
     mem = budget.plan_from_recipe(recipe, over, n_gpus_per_node=2).estimate.sbatch_mem
     b = budget_gpu.budget_from_recipe(recipe, over, budget_gpu.find_gpu("h200"), 2)
     worst = max((p for p in b.phases if p.gpu == "trainer"), key=lambda p: p.need_gib)

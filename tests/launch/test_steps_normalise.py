@@ -22,8 +22,7 @@ def job_steps(job: str, segment: str, name: str, port: int, steps: int, gpus: st
          "env": {"QUOTECITE_SEGMENT": segment, "QUOTECITE_METRICS_DIR": f"{run}/segments/{segment}",
                  "RAY_TMPDIR": f"/tmp/qcray-{job}", "QUOTECITE_JUDGE_URL": f"http://127.0.0.1:{port}/v1"},
          "text": f"wait at most {steps}s for {run}/segments/{segment}/judge.port"},
-        {"kind": "run", "name": "submit", "argv": ["sbatch", f"--dependency=afterany:{job}", "--nodes=1",
-                                                   "--time=00:10:00", f"--job-name={name}"]},
+        {"kind": "run", "name": "requeue", "argv": ["scontrol", "requeue", job]},
     ]  # fmt: skip
 
 
@@ -36,7 +35,7 @@ def test_a_job_id_inside_the_run_name_or_a_number_is_left_alone():
         assert normalise_steps(ran, job) == normalise_steps(printed, dry)
         out = normalise_steps(ran, job)
         assert out[1]["argv"][-2:] == [f"trainer.max_steps={steps}", f"trainer.project={name}"]
-        assert f"--job-name={name}" in out[2]["argv"] and "--time=00:10:00" in out[2]["argv"]
+        assert out[2]["argv"] == ["scontrol", "requeue", "JOBID"]
         assert out[1]["env"]["QUOTECITE_SEGMENT"] == "JOBID-N" and out[1]["env"]["RAY_TMPDIR"] == "/tmp/qcray-JOBID"
 
 

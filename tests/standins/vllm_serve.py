@@ -1,7 +1,7 @@
 """Stand-in for ``vllm serve MODEL --host H --port P ...``: the project's scripted OpenAI server on that port.
 
 It takes vLLM's command line as the launch script builds it and checks the flags the launch uses the way vLLM
-0.32.0 (the version slurm/env.sh pins) does (the `vllm` tier, tests/vllm/, runs the real one on the same command lines; this stand-in stays for the faults a real vLLM cannot be made to produce: a /health that never answers, a wedged server), read from its ``vllm/engine/arg_utils.py`` and ``vllm/config/``:
+0.32.0 (the version launch/setup.py pins) does (the `vllm` tier, tests/vllm/, runs the real one on the same command lines; this stand-in stays for the faults a real vLLM cannot be made to produce: a /health that never answers, a wedged server), read from its ``vllm/engine/arg_utils.py`` and ``vllm/config/``:
 ``--gpu-memory-utilization`` a float in (0, 1] (``CacheConfig``), ``--max-model-len`` an int, ``--runner`` one of
 auto/generate/pooling/draft, ``--convert`` one of auto/none/embed/classify, ``--limit-mm-per-prompt`` a JSON object
 of counts or option dicts (``MultiModalConfig.limit_per_prompt``), ``--structured-outputs-config`` a JSON object. Any other flag is an error (exit 2), as in

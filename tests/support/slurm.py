@@ -53,14 +53,14 @@ _URL_PORT = re.compile(r"^(https?://[^/:\s]+:)\d+(/.*)?$")
 def normalise_steps(steps, job_id: str):
     """A job's step records (``launch.executor.Step.record``) with what differs between two jobs of one shape
     replaced by structure, never by substring: the job id only where the launch puts it (a segment ``JOBID-N`` as a
-    whole path component or value, the Ray temp folder ``qcray-JOBID``, the next job's ``afterany:JOBID``) and a
+    whole path component or value, the Ray temp folder ``qcray-JOBID``, the job ``scontrol requeue`` names) and a
     server's port only in a URL (the commands themselves hold ``{port}``). Every other string is kept as it is, so
     a job id that also occurs in a run name, a step count or a time is left alone.
 
-    >>> normalise_steps([{"argv": ["--dependency=afterany:33", "trainer.max_steps=33", "qc-test-33fd"],
+    >>> normalise_steps([{"argv": ["scontrol", "requeue", "33"], "a": ["trainer.max_steps=33", "qc-test-33fd"],
     ...                   "env": {"SEG": "33-0", "RAY_TMPDIR": "/tmp/qcray-33", "U": "http://n1:8001/v1"},
     ...                   "log": "/r/qc-test-33fd/segments/33-2/trainer.log"}], "33")
-    [{'argv': ['--dependency=afterany:JOBID', 'trainer.max_steps=33', 'qc-test-33fd'], 'env': {'SEG': 'JOBID-N', 'RAY_TMPDIR': '/tmp/qcray-JOBID', 'U': 'http://n1:{port}/v1'}, 'log': '/r/qc-test-33fd/segments/JOBID-N/trainer.log'}]
+    [{'argv': ['scontrol', 'requeue', 'JOBID'], 'a': ['trainer.max_steps=33', 'qc-test-33fd'], 'env': {'SEG': 'JOBID-N', 'RAY_TMPDIR': '/tmp/qcray-JOBID', 'U': 'http://n1:{port}/v1'}, 'log': '/r/qc-test-33fd/segments/JOBID-N/trainer.log'}]
     """
     segment = re.compile(rf"^{re.escape(job_id)}-(\d+|N)$")
 
@@ -68,8 +68,6 @@ def normalise_steps(steps, job_id: str):
         m = _URL_PORT.match(text)
         if m:
             return m.group(1) + "{port}" + (m.group(2) or "")
-        if text == f"--dependency=afterany:{job_id}":
-            return "--dependency=afterany:JOBID"
         parts = text.split("/")
         for i, part in enumerate(parts):
             if segment.match(part) or part == "JOBID-N":
@@ -82,6 +80,8 @@ def normalise_steps(steps, job_id: str):
         if isinstance(x, dict):
             return {k: walk(v) for k, v in x.items()}
         if isinstance(x, list):
+            if x[:2] == ["scontrol", "requeue"] and x[2:] == [job_id]:
+                return ["scontrol", "requeue", "JOBID"]
             return [walk(v) for v in x]
         return word(x) if isinstance(x, str) else x
 

@@ -2,7 +2,7 @@
 the embedder and `eval infer`, on tiny random checkpoints made offline (tests/support/tiny_vllm.py).
 
 Each server is started once per test session, on a free port, with the exact command line the launch
-(``launch/serving.py``, for the training job and ``slurm/common.sh``) builds for the cluster (:func:`server_argv`): only the program differs (``python -m
+(``launch/serving.py``, for the training job and the evaluation job, ``launch/arrays.py``) builds for the cluster (:func:`server_argv`): only the program differs (``python -m
 vllm.entrypoints.openai.api_server --model`` for ``vllm serve``: the CPU build's console script cannot find its own
 distribution), the weights come from ``QUOTECITE_{JUDGE,EMBED}_WEIGHTS`` (the tiny checkpoints, served under the real
 model ids) and ``QUOTECITE_{JUDGE,EMBED}_GPU_UTIL`` is the share of *CPU* memory for the KV cache. When a test that
@@ -68,7 +68,7 @@ def free_port() -> int:
 
 def server_argv(name: str, port: int, weights: Path) -> list[str]:
     """The command line the launch builds for server ``name`` (``judge`` or ``embed``) on ``port``
-    (:func:`launch.serving.server_argv`: the one the training job and ``slurm/common.sh`` use), with the model ids
+    (:func:`launch.serving.server_argv`: the one the training and evaluation jobs use), with the model ids
     mapped to the tiny checkpoint by ``QUOTECITE_{JUDGE,EMBED}_WEIGHTS`` and the CPU memory share."""
     from launch import settings
     from launch.serving import server_argv as launch_server_argv
