@@ -439,8 +439,11 @@ def free_port(host: str = "") -> int:
 
 
 def port_taken(port: int, host: str = "") -> bool:
-    """True when something else holds ``port`` on this node (a bind fails)."""
+    """True when something else holds ``port`` on this node (a bind fails). With ``SO_REUSEADDR``, as the servers
+    bind (uvicorn, Ray): connections of a server just killed, left in TIME_WAIT on its port, do not count, so a
+    restarted server gets the port the trainer already knows; a listener still there does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

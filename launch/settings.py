@@ -646,18 +646,30 @@ def _default_text(s: Setting) -> str:
     return s.default if s.default != "" else '""'
 
 
-def render_help() -> str:
-    """The settings grouped, one line each: name, default, unit, help (for the launch's ``--help``)."""
-    w_name = max(len(s.name) for s in SETTINGS)
-    w_def = min(28, max(len(_default_text(s)) for s in SETTINGS))
-    w_unit = max(len(s.unit) for s in SETTINGS)
+TEST_GROUP = "test"
+"""The tests', CI's and benchmarks' own knobs: validated with the rest, kept out of the user's table (``--help``,
+the settings reference); ``python -m launch.settings table --test`` lists them."""
+
+
+def _groups(test: bool) -> list[str]:
+    return [TEST_GROUP] if test else [g for g in GROUPS if g != TEST_GROUP]
+
+
+def render_help(test: bool = False) -> str:
+    """The user's settings grouped, one line each: name, default, unit, help (for the launch's ``--help``);
+    ``test``: the tests' and benchmarks' knobs instead."""
+    shown = [s for s in SETTINGS if s.group in _groups(test)]
+    w_name = max(len(s.name) for s in shown)
+    w_def = min(28, max(len(_default_text(s)) for s in shown))
+    w_unit = max(len(s.unit) for s in shown)
     lines = [
         "Settings (environment variables; '-': unset; {repo}: the repository; {QUOTECITE_X}: that setting's value).",
-        "`python -m launch.settings show` prints the values this environment resolves to.",
+        "`python -m launch.settings show` prints the values this environment resolves to; "
+        + ("these are the tests' and benchmarks' own." if test else "`table --test`: the tests' and benchmarks'."),
     ]
-    for group, title in GROUPS.items():
-        lines += ["", f"{group}: {title}"]
-        for s in (s for s in SETTINGS if s.group == group):
+    for group in _groups(test):
+        lines += ["", f"{group}: {GROUPS[group]}"]
+        for s in (s for s in shown if s.group == group):
             d = _default_text(s)
             if len(d) > w_def:
                 lines.append(f"  {s.name:<{w_name}}  {d}")
@@ -673,10 +685,10 @@ def _md(cell: str) -> str:
     return cell.replace("\\", "\\\\").replace("|", "\\|")
 
 
-def render_markdown() -> str:
+def render_markdown(test: bool = False) -> str:
     """The same table in markdown, one row per setting (docs/settings.md, generated at build time)."""
     lines = ["| setting | default | unit | group | help |", "|---|---|---|---|---|"]
-    for group in GROUPS:
+    for group in _groups(test):
         for s in (s for s in SETTINGS if s.group == group):
             d = "" if s.default is None else f"`{_md(s.default) or chr(34) * 2}`"
             lines.append(f"| `{s.name}` | {d} | {_md(s.unit)} | {group} | {_md(s.help)} |")
@@ -705,13 +717,15 @@ def main(argv: list[str] | None = None) -> int:
                         "this environment resolves to; shell NAME...: those values as bash assignments (the "
                         "scripts' defaults come from here)")  # fmt: skip
     parser.add_argument("names", nargs="*", help="shell: the settings to print (QUOTECITE_...)")
+    parser.add_argument("--test", action="store_true",
+                        help="table, markdown: the tests', CI's and benchmarks' knobs instead of the user's settings")  # fmt: skip
     parser.add_argument("--readers", default=None,
                         help=f"show: only what these read (comma-separated: {', '.join(READERS)})")  # fmt: skip
     args = parser.parse_args(argv)
     if args.what == "table":
-        sys.stdout.write(render_help())
+        sys.stdout.write(render_help(args.test))
     elif args.what == "markdown":
-        sys.stdout.write(render_markdown())
+        sys.stdout.write(render_markdown(args.test))
     else:
         readers = None if args.readers is None else {r.strip() for r in args.readers.split(",") if r.strip()}
         if readers is not None and not readers <= set(READERS):

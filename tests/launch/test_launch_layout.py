@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.layout import LayoutError, expand_hostlist, parse_counts, parse_gpu_count, plan, plan_from_env
+from launch.layout import LayoutError, expand_hostlist, parse_counts, parse_gpu_count, plan, plan_from_env, port_taken
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUT = str(REPO / "launch" / "layout.py")
@@ -322,3 +323,21 @@ def test_slurm_variables_that_no_node_can_have_are_refused(var, value, error):
 
     with pytest.raises(LayoutError, match=re.escape(error)):
         allocation_from_env({var: value}, hostname="n1")
+
+
+def test_a_killed_servers_port_is_free_again_for_its_restart_but_a_listener_holds_it():
+    # A server killed mid-job closes its accepted connections first: they stay in TIME_WAIT on its port. The
+    # restart asks for that same port (the trainer knows it); a bind without SO_REUSEADDR failed there, so the
+    # restarted judge took another port and the trainer could not reach it.
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = listener.accept()
+    assert port_taken(port, "127.0.0.1")  # a listener holds it
+    conn.close()  # the server side closes first: its end of the connection goes to TIME_WAIT
+    listener.close()
+    client.close()
+    with socket.socket() as plain:  # what the check did before: this bind fails on TIME_WAIT
+        with pytest.raises(OSError):
+            plain.bind(("127.0.0.1", port))
+    assert not port_taken(port, "127.0.0.1")

@@ -371,20 +371,27 @@ def test_env_round_trip(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ tables, CLI
-def test_render_help_groups_every_setting():
-    out = render_help()
+def test_render_help_groups_every_user_setting_and_keeps_the_test_knobs_apart():
+    out, test = render_help(), render_help(test=True)
     for s in SETTINGS:
-        assert len(re.findall(rf"^  {s.name}\b", out, re.M)) == 1, s.name
+        mine, other = (test, out) if s.group == "test" else (out, test)
+        assert len(re.findall(rf"^  {s.name}\b", mine, re.M)) == 1, s.name
+        assert not re.findall(rf"^  {s.name}\b", other, re.M), s.name
     heads = [line.split(":")[0] for line in out.splitlines() if re.match(r"^[a-z]+: ", line)]
-    assert heads == list(GROUPS)
+    assert heads == [g for g in GROUPS if g != "test"]
+    assert [line.split(":")[0] for line in test.splitlines() if re.match(r"^[a-z]+: ", line)] == ["test"]
+    assert "QUOTECITE_STANDIN_GATE" in test and "QUOTECITE_BENCH_OUT" in test
     row = next(line for line in out.splitlines() if line.startswith("  QUOTECITE_HEALTH_TIMEOUT "))
     assert row.split()[1:3] == ["1800", "s"] and row.endswith("how long each server may take to answer /health")
 
 
 def test_render_markdown_has_one_row_per_setting():
-    out = render_markdown()
+    out, test = render_markdown(), render_markdown(test=True)
     rows = [line for line in out.splitlines() if line.startswith("| `QUOTECITE_")]
-    assert len(rows) == len(SETTINGS) == len(out.splitlines()) - 2
+    test_rows = [line for line in test.splitlines() if line.startswith("| `QUOTECITE_")]
+    assert len(rows) == len(out.splitlines()) - 2 and len(test_rows) == len(test.splitlines()) - 2
+    assert len(rows) + len(test_rows) == len(SETTINGS) and all(" | test | " in row for row in test_rows)
+    assert not any(" | test | " in row for row in rows)
     for row in rows:
         assert len(re.split(r"(?<!\\)\|", row)) == 7, row  # five cells
     assert "| `QUOTECITE_JUDGE_MODEL` | `Qwen/Qwen3.5-9B` | model id | models |" in out
@@ -419,7 +426,10 @@ def test_cli_show_markdown_and_table():
     assert f"{REPO}/runs/qwen3vl_8b_grpo (default)" in r.stdout
     r = run_cli("markdown")
     assert r.returncode == 0 and r.stdout == render_markdown()
-    assert sum(line.startswith("| `QUOTECITE_") for line in r.stdout.splitlines()) == len(SETTINGS)
+    n_test = sum(s.group == "test" for s in SETTINGS)
+    assert sum(line.startswith("| `QUOTECITE_") for line in r.stdout.splitlines()) == len(SETTINGS) - n_test
+    r = run_cli("table", "--test")
+    assert r.returncode == 0 and r.stdout == render_help(test=True) and "QUOTECITE_STANDIN_GATE" in r.stdout
 
 
 def test_main_in_process(capsys):
