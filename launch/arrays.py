@@ -37,11 +37,9 @@ from core.errors import InputError
 from launch import settings
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import PORT_TOKEN
-from launch.serving import NotHealthy, server_argv, wait_healthy
+from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, server_argv, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
-WRAP_GRACE_S = 5
-"""Seconds ``launch/layout.py run`` gives a server from SIGTERM until it kills it (as the training job)."""
 
 
 class Fail(Exception):
@@ -56,13 +54,6 @@ def help_text(script: Path) -> str:
     """The script's lines between ``# --- help ---`` and ``# --- end help ---``, without the comment marks."""
     block = script.read_text().split("# --- help ---\n", 1)[1].split("# --- end help ---\n", 1)[0]
     return "".join(re.sub(r"^# ?", "", line) + "\n" for line in block.splitlines())
-
-
-def no_proxy(environ: dict[str, str]) -> dict[str, str]:
-    """``NO_PROXY``/``no_proxy`` with loopback and this node: the servers are reached directly, never by proxy."""
-    have = [h for h in (environ.get("NO_PROXY") or environ.get("no_proxy") or "").split(",") if h.strip()]
-    value = ",".join(have + [h for h in ("localhost", "127.0.0.1", "::1", socket.gethostname()) if h not in have])
-    return {"NO_PROXY": value, "no_proxy": value}
 
 
 def gpu_split(n_first: int, n_second: int, environ: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -217,7 +208,7 @@ class Eval(Program):
                        "download: run the commands above on a login node (or as a CPU job), then resubmit")  # fmt: skip
         if not self.dry:
             os.environ.update(self.sw_env)
-            os.environ.update(no_proxy(os.environ))
+            os.environ.update(no_proxy_env([socket.gethostname()], os.environ))
             for line in self.pythons:
                 self.log(f"python for {line}")
 

@@ -88,15 +88,11 @@ from launch.runlog import (
     record_restart,
 )
 from launch.segments import load_segments
-from launch.serving import NotHealthy, server_argv, wait_healthy
+from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, server_argv, wait_healthy
 from reward.train import slurm_cpus
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "launch" / "grpo_8b.sh"
-
-
-WRAP_GRACE_S = 5
-"""Seconds ``launch/layout.py run`` gives the program it wraps from SIGTERM until it kills it (``--grace``)."""
 
 
 class State(enum.Enum):
@@ -163,20 +159,6 @@ def srun_cpus(environ) -> list[str]:
     if raw and (not raw.isdigit() or int(raw) < 1):
         raise InputError(f"SLURM_CPUS_PER_TASK={raw!r}: expected a whole number >= 1")
     return [f"--cpus-per-task={int(raw)}"] if raw else []
-
-
-def no_proxy_env(nodes: list[str], environ) -> dict[str, str]:
-    """``NO_PROXY``/``no_proxy`` with loopback and this job's node names added to what the environment had: httpx
-    (the reward, the health waits) honours ``HTTP(S)_PROXY`` for every host not listed there, so on a cluster that
-    exports a proxy every request to a server on a node would go to the proxy and the health wait would time out.
-
-    >>> no_proxy_env(["gpu01", "gpu02"], {"NO_PROXY": "internal.example"})["NO_PROXY"]
-    'internal.example,localhost,127.0.0.1,::1,gpu01,gpu02'
-    """
-    have = [h for h in (environ.get("NO_PROXY") or environ.get("no_proxy") or "").split(",") if h.strip()]
-    hosts = have + [h for h in ("localhost", "127.0.0.1", "::1", *nodes) if h not in have]
-    value = ",".join(hosts)
-    return {"NO_PROXY": value, "no_proxy": value}
 
 
 LAUNCH_SETS: dict[str, str] = {

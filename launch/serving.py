@@ -13,6 +13,22 @@ from collections.abc import Callable
 from launch import settings
 
 ROLES = ("judge", "embed")
+WRAP_GRACE_S = 5
+"""Seconds ``launch/layout.py run`` gives the program it wraps from SIGTERM until it kills it (``--grace``)."""
+
+
+def no_proxy_env(nodes: list[str], environ) -> dict[str, str]:
+    """``NO_PROXY``/``no_proxy`` with loopback and the given node names added to what the environment had: httpx
+    (the reward, the health waits) honours ``HTTP(S)_PROXY`` for every host not listed there, so on a cluster that
+    exports a proxy every request to a server on a node would go to the proxy and the health wait would time out.
+
+    >>> no_proxy_env(["gpu01", "gpu02"], {"NO_PROXY": "internal.example"})["NO_PROXY"]
+    'internal.example,localhost,127.0.0.1,::1,gpu01,gpu02'
+    """
+    have = [h for h in (environ.get("NO_PROXY") or environ.get("no_proxy") or "").split(",") if h.strip()]
+    hosts = have + [h for h in ("localhost", "127.0.0.1", "::1", *nodes) if h not in have]
+    value = ",".join(hosts)
+    return {"NO_PROXY": value, "no_proxy": value}
 
 
 def server_argv(role: str, s: settings.Settings, host: str, port: str | int, cmd: list[str]) -> list[str]:

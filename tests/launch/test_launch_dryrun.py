@@ -335,7 +335,7 @@ def test_an_attempt_that_keeps_no_group_stops_the_run_with_one_line_and_no_reque
     r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr[-3000:]
     assert "training stopped at step 3: attempt" in r.stderr and "2 with equal rewards" in r.stderr
-    assert "the run continues" not in r.stderr and "scontrol requeue" not in r.stderr
+    assert "the run continues" not in r.stderr and "by requeueing job" not in r.stderr
     (seg,) = [json.loads(p.read_text()) for p in (run / "segments").glob("*/segment.json")]
     assert seg["status"] == "no_group_kept" and seg["end_step"] == 2  # the checkpoint before is intact
     assert tracker_step(run) == 2
