@@ -188,8 +188,19 @@ class Run:
 
     def release(self, job: str) -> None:
         """Start a requeued job now (else Slurm holds it ~121 s), once its first run's processes have all ended: a
-        job started again while its first run is still stopping is killed by Slurm ("Job credential revoked")."""
-        wait_for(lambda: show_job(job).get("JobState") == "PENDING", T, f"the requeued job {job} to be pending")
+        job started again while its first run is still stopping is killed by Slurm ("Job credential revoked").
+        Requeued means pending with more restarts than at the last release: a job just submitted is pending too,
+        before its first run, and starting it "now" then fails ("Job is no longer pending execution")."""
+        released = getattr(self, "_released", {})
+        self._released = released
+        seen = released.get(job, 0)
+
+        def requeued() -> bool:
+            info = show_job(job)
+            return info.get("JobState") == "PENDING" and int(info.get("Restarts") or 0) > seen
+
+        wait_for(requeued, T, f"the requeued job {job} to be pending (restarts > {seen})")
+        released[job] = int(show_job(job).get("Restarts") or 0)
         pending_at = time.time()
         wait_for(lambda: not self.processes(), T, f"every process of job {job}'s first run to end")
         # and Slurm's own clean-up of that run: the job and its node(s) no longer COMPLETING (its slurmstepd gone)
