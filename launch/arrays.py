@@ -20,6 +20,7 @@ from __future__ import annotations
 if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
     raise SystemExit("error: run this from the repository as: python -m launch.arrays")
 
+import argparse
 import os
 import re
 import shlex
@@ -138,34 +139,34 @@ class Program:
 class Eval(Program):
     def __init__(self, dry: bool, environ: dict[str, str]) -> None:
         s = settings.resolve(environ, REPO, {"eval"})
-        super().__init__(dry, s, environ.get("SLURM_JOB_ID", "local"), Path(s.run_dir).resolve())
+        super().__init__(dry, s, environ.get("SLURM_JOB_ID", "local"), Path(s.run.run_dir).resolve())
         self.environ = environ
-        self.shards, self.phase = s.eval_shards, s.eval_phase or ""
+        self.shards, self.phase = s.eval.eval_shards, s.eval.eval_phase or ""
         self.software()
-        if s.eval_step is not None:
-            self.step = s.eval_step
+        if s.eval.eval_step is not None:
+            self.step = s.eval.eval_step
         else:
             from launch.runlog import last_step
 
             self.step = last_step(self.run_dir)
         self.adapter = self.run_dir / f"checkpoints/global_step_{self.step}/actor/lora_adapter"
-        self.policy = s.policy_model or ""
+        self.policy = s.models.policy_model or ""
         if not self.policy:
             from launch.setup import recipe_policy
 
             try:
-                self.policy = recipe_policy(REPO, {**environ, "QUOTECITE_RECIPE": str(s.recipe)})
+                self.policy = recipe_policy(REPO, {**environ, "QUOTECITE_RECIPE": str(s.run.recipe)})
             except (InputError, OSError):  # said when the job runs (check_inputs), shown as missing in the dry run
                 self.policy = ""
-        self.out = Path(s.eval_out or self.run_dir / f"eval/step_{self.step}").resolve()
+        self.out = Path(s.eval.eval_out or self.run_dir / f"eval/step_{self.step}").resolve()
         if not dry:
             self.check_inputs()
-        self.gold, self.cache = str(s.eval_gold or "GOLD.jsonl"), str(s.eval_cache_dir or "CACHE_DIR")
+        self.gold, self.cache = str(s.eval.eval_gold or "GOLD.jsonl"), str(s.eval.eval_cache_dir or "CACHE_DIR")
         if self.phase and not self.shards:
             raise Fail(f"QUOTECITE_EVAL_PHASE={self.phase} needs QUOTECITE_EVAL_SHARDS")
-        pdf = ["--pdf-dir", str(s.eval_pdf_dir)] if s.eval_pdf_dir else []
+        pdf = ["--pdf-dir", str(s.eval.eval_pdf_dir)] if s.eval.eval_pdf_dir else []
         self.infer_common = ["--gold", self.gold, "--interface", "language", "--cache-dir", self.cache, *pdf,
-                             *(s.eval_infer_args or [])]  # fmt: skip
+                             *(s.eval.eval_infer_args or [])]  # fmt: skip
 
     def software(self) -> None:
         """The programs, said (never a silent fallback): ``eval infer`` the server venv's python (vLLM), ``eval
@@ -174,12 +175,12 @@ class Eval(Program):
         from launch import setup
 
         sw = setup.job_env(REPO, self.environ)
-        self.sw_env = sw["env"] if s.env_setup else {}
-        self.problems = setup.readiness(REPO, self.environ) if s.env_setup else []
+        self.sw_env = sw["env"] if s.software.env_setup else {}
+        self.problems = setup.readiness(REPO, self.environ) if s.software.env_setup else []
         server = f"the server venv, vLLM {sw['vllm_server']}"
-        if s.infer_cmd:
-            self.infer, infer_what = list(s.infer_cmd), "QUOTECITE_INFER_CMD"
-        elif s.env_setup:
+        if s.eval.infer_cmd:
+            self.infer, infer_what = list(s.eval.infer_cmd), "QUOTECITE_INFER_CMD"
+        elif s.software.env_setup:
             self.infer, infer_what = [sw["server_python"], "-m", "eval", "infer"], server
         elif shutil.which("python3"):
             self.infer, infer_what = [shutil.which("python3"), "-m", "eval", "infer"], "python3 on PATH, QUOTECITE_ENV_SETUP=0"  # fmt: skip
@@ -187,18 +188,21 @@ class Eval(Program):
             raise Fail("no python3 on PATH for eval infer (QUOTECITE_ENV_SETUP=0); set QUOTECITE_INFER_CMD, or use "
                        "the server venv: python -m launch.setup setup --only server")  # fmt: skip
         venv = REPO / ".venv" / "bin" / "python"
-        if s.python:
-            self.py, py_what = str(s.python), "QUOTECITE_PYTHON"
+        if s.run.python:
+            self.py, py_what = str(s.run.python), "QUOTECITE_PYTHON"
         elif os.access(venv, os.X_OK):
             self.py, py_what = str(venv), "the project's .venv"
-        elif s.env_setup and (self.dry or os.access(sw["server_python"], os.X_OK)):
+        elif s.software.env_setup and (self.dry or os.access(sw["server_python"], os.X_OK)):
             self.py, py_what = sw["server_python"], server
         else:
             raise Fail(f"no python for eval resolve/score: neither {REPO}/.venv (make install) nor the server venv "
                        "(python -m launch.setup setup --only server); or set QUOTECITE_PYTHON")  # fmt: skip
-        self.serve_cmd = {"judge": list(s.judge_cmd or []), "embed": list(s.embed_cmd or [])}
+        self.serve_cmd = {"judge": list(s.servers.judge_cmd or []), "embed": list(s.servers.embed_cmd or [])}
         for role in self.serve_cmd:
-            self.serve_cmd[role] = self.serve_cmd[role] or [sw["server_vllm"] if s.env_setup else "vllm", "serve"]
+            self.serve_cmd[role] = self.serve_cmd[role] or [
+                sw["server_vllm"] if s.software.env_setup else "vllm",
+                "serve",
+            ]
         self.pythons = [f"eval infer:          {shlex.join(self.infer)} ({infer_what})",
                         f"eval resolve, score: {self.py} ({py_what})"]  # fmt: skip
         if self.problems and not self.dry:
@@ -216,23 +220,23 @@ class Eval(Program):
         s = self.s
         if not (self.step > 0 and (self.adapter / "adapter_config.json").is_file()):
             raise Fail(f"no LoRA adapter at {self.adapter} (set QUOTECITE_RUN_DIR or QUOTECITE_EVAL_STEP)")
-        if not (s.eval_gold and Path(s.eval_gold).is_file()):
-            raise Fail(f"QUOTECITE_EVAL_GOLD must name the gold JSONL (got '{s.eval_gold or ''}')")
-        if not (s.eval_cache_dir and Path(s.eval_cache_dir).is_dir()):
-            raise Fail(f"QUOTECITE_EVAL_CACHE_DIR must name the block cache (got '{s.eval_cache_dir or ''}')")
+        if not (s.eval.eval_gold and Path(s.eval.eval_gold).is_file()):
+            raise Fail(f"QUOTECITE_EVAL_GOLD must name the gold JSONL (got '{s.eval.eval_gold or ''}')")
+        if not (s.eval.eval_cache_dir and Path(s.eval.eval_cache_dir).is_dir()):
+            raise Fail(f"QUOTECITE_EVAL_CACHE_DIR must name the block cache (got '{s.eval.eval_cache_dir or ''}')")
         if not self.policy:
             raise Fail("no base model: set QUOTECITE_POLICY_MODEL")
         # The paper's two-call judge reads CiteVQA's prompts from the user's checkout: fail now, not after inference.
-        score = f" {shlex.join(s.eval_score_args or [])} "
+        score = f" {shlex.join(s.eval.eval_score_args or [])} "
         if " --judge-protocol rubric " not in score and " --citevqa-dir " not in score:
-            if not (s.citevqa_dir and Path(s.citevqa_dir).is_dir()):
+            if not (s.eval.citevqa_dir and Path(s.eval.citevqa_dir).is_dir()):
                 raise Fail("QUOTECITE_CITEVQA_DIR must name a CiteVQA checkout (its prompts/ are the judge's; got "
-                           f"'{s.citevqa_dir or ''}'), or pass --judge-protocol rubric in QUOTECITE_EVAL_SCORE_ARGS")  # fmt: skip
+                           f"'{s.eval.citevqa_dir or ''}'), or pass --judge-protocol rubric in QUOTECITE_EVAL_SCORE_ARGS")  # fmt: skip
 
     def header(self, title: str, when: str) -> None:
         none = f" (none yet: the run's last complete checkpoint {when})" if self.step == 0 else ""
         self.say(f"quotecite evaluation{title}")
-        if self.s.env_setup:
+        if self.s.software.env_setup:
             from launch.setup import status
 
             self.say("set-up (python -m launch.setup status):")
@@ -273,7 +277,10 @@ class Eval(Program):
     def serve(self, gpu: str) -> dict[str, str]:
         """The judge, then the embedder, on ``gpu``, each waited for; the env of resolve and score."""
         s, urls = self.s, {}
-        for role, model, pref in (("judge", s.judge_model, s.judge_port), ("embed", s.embed_model, s.embed_port)):
+        for role, model, pref in (
+            ("judge", s.models.judge_model, s.servers.judge_port),
+            ("embed", s.models.embed_model, s.servers.embed_port),
+        ):
             label = f"{'judge server' if role == 'judge' else 'embedding server'} ({model} on GPU {gpu})"
             log, port_file = self.out / "logs" / f"{role}.log", self.out / "logs" / f"{role}.port"
             if not self.dry:
@@ -293,7 +300,7 @@ class Eval(Program):
             def wait(proc: Proc = proc, label: str = label, log: Path = log, port: Callable = port) -> int:
                 try:
                     took = wait_healthy(lambda: f"http://127.0.0.1:{port()}/health" if port() else "", label,
-                                        s.health_timeout, s.health_poll, str(log), proc.poll,
+                                        s.servers.health_timeout, s.servers.health_poll, str(log), proc.poll,
                                         stop=lambda: self.terminating)  # fmt: skip
                 except NotHealthy as e:
                     raise Fail(str(e), (log,)) from None
@@ -301,11 +308,11 @@ class Eval(Program):
                 return port()
 
             got = self.ex.wait(f"health-{role}", f"wait until the /health of {role} answers 200 on its port (read "
-                               f"from {port_file.name}; at most {s.health_timeout:g}s), else stop: {label} is not "
+                               f"from {port_file.name}; at most {s.servers.health_timeout:g}s), else stop: {label} is not "
                                f"healthy, see {log}", wait, dry_result=pref or PORT_TOKEN)  # fmt: skip
             urls[role] = f"http://127.0.0.1:{got}/v1"
         return {"QUOTECITE_JUDGE_URL": urls["judge"], "QUOTECITE_EMBED_URL": urls["embed"],
-                "QUOTECITE_JUDGE_MODEL": s.judge_model, "QUOTECITE_EMBED_MODEL": s.embed_model,
+                "QUOTECITE_JUDGE_MODEL": s.models.judge_model, "QUOTECITE_EMBED_MODEL": s.models.embed_model,
                 "PYTHONPATH": str(REPO)}  # fmt: skip
 
     def resolve_and_score(self, env: dict[str, str]) -> None:
@@ -313,12 +320,12 @@ class Eval(Program):
         for side, label in (("base", "base"), ("lora", f"grpo-step{self.step}")):
             d = self.out / side
             resolve = [self.py, "-m", "eval", "resolve", "--pred", str(d / "predictions.jsonl"), "--gold", self.gold,
-                       "--cache-dir", self.cache, "--out", str(d / "citations.jsonl"), *(s.eval_resolve_args or [])]  # fmt: skip
+                       "--cache-dir", self.cache, "--out", str(d / "citations.jsonl"), *(s.eval.eval_resolve_args or [])]  # fmt: skip
             if self.run(Step("run", f"resolve-{side}", resolve, env)):
                 raise Fail(f"eval resolve failed for {side}")
             score = [self.py, "-m", "eval", "score", "--gold", self.gold, "--pred", str(d / "citations.jsonl"), "--out",
                      str(d / "score"), "--cache-dir", self.cache, "--judge-url", env["QUOTECITE_JUDGE_URL"],
-                     "--judge-model", s.judge_model, "--label", label, *(s.eval_score_args or [])]  # fmt: skip
+                     "--judge-model", s.models.judge_model, "--label", label, *(s.eval.eval_score_args or [])]  # fmt: skip
             if self.run(Step("run", f"score-{side}", score, env)):
                 raise Fail(f"eval score failed for {side}")
 
@@ -344,10 +351,10 @@ class Eval(Program):
 
     def submit_array(self) -> int:
         s, n = self.s, self.shards
-        tasks = s.eval_tasks or f"1-{n}"
+        tasks = s.eval.eval_tasks or f"1-{n}"
         export = (f"--export=ALL,QUOTECITE_REPO={REPO},QUOTECITE_RUN_DIR={self.run_dir},QUOTECITE_EVAL_STEP="
                   f"{self.step},QUOTECITE_EVAL_OUT={self.out},QUOTECITE_EVAL_SHARDS={n},QUOTECITE_EVAL_PHASE=")  # fmt: skip
-        extra, script = list(s.eval_sbatch_args or []), str(REPO / "launch" / "eval_8b.sh")
+        extra, script = list(s.eval.eval_sbatch_args or []), str(REPO / "launch" / "eval_8b.sh")
         array = [f"--array={tasks}", "--gpus-per-node=2", f"--output={self.out}/logs/infer-%A_%a.out", *extra,
                  export + "infer", script]  # fmt: skip
 
@@ -381,7 +388,7 @@ class Eval(Program):
 
     def limit(self) -> int | None:
         """``--limit N`` of QUOTECITE_EVAL_INFER_ARGS (the questions inference answers), else None."""
-        words = list(self.s.eval_infer_args or [])
+        words = list(self.s.eval.eval_infer_args or [])
         for i, w in enumerate(words):
             if w == "--limit" and i + 1 < len(words) and words[i + 1].isdigit():
                 return int(words[i + 1])
@@ -436,24 +443,24 @@ class Prep(Program):
         task = environ.get("SLURM_ARRAY_TASK_ID", "")
         super().__init__(dry, s, job + (f"_{task}" if task else ""))
         self.environ, self.task = environ, task
-        self.phase = s.prep_phase or ("shard" if task else "")  # submitted as the array by hand: a task
-        self.shards = s.prep_shards
+        self.phase = s.prep.prep_phase or ("shard" if task else "")  # submitted as the array by hand: a task
+        self.shards = s.prep.prep_shards
         if s.source("QUOTECITE_PREP_SHARDS") == "default" and self.phase == "shard":
             top = environ.get("SLURM_ARRAY_TASK_MAX", "")
             if not (top.isdigit() and int(top) >= 1):
                 raise Fail(f"QUOTECITE_PREP_SHARDS must be a whole number of shards >= 1 (got '{top}')")
             self.shards = int(top)
         self.tasks = environ.get("QUOTECITE_PREP_TASKS") or f"1-{self.shards}"
-        self.out = Path(s.prep_out).resolve()
-        self.log_dir = Path(s.prep_log_dir or self.out / "logs").resolve()
-        self.cmd = list(s.prep_cmd or [str(s.python or sys.executable), "-m", "data_prep", "longdocurl"])
-        self.args = ["--jsonl", str(s.prep_jsonl or "LongDocURL.jsonl"), "--pdf-dir", str(s.prep_pdf_dir or "PDF_DIR"),
-                     "--out", str(self.out), *(s.prep_args or [])]  # fmt: skip
+        self.out = Path(s.prep.prep_out).resolve()
+        self.log_dir = Path(s.prep.prep_log_dir or self.out / "logs").resolve()
+        self.cmd = list(s.prep.prep_cmd or [str(s.run.python or sys.executable), "-m", "data_prep", "longdocurl"])
+        self.args = ["--jsonl", str(s.prep.prep_jsonl or "LongDocURL.jsonl"), "--pdf-dir", str(s.prep.prep_pdf_dir or "PDF_DIR"),
+                     "--out", str(self.out), *(s.prep.prep_args or [])]  # fmt: skip
         if not dry and self.phase != "shard":
-            if not (s.prep_jsonl and Path(s.prep_jsonl).is_file()):
-                raise Fail(f"QUOTECITE_PREP_JSONL must name LongDocURL.jsonl (got '{s.prep_jsonl or ''}')")
-            if not (s.prep_pdf_dir and Path(s.prep_pdf_dir).is_dir()):
-                raise Fail(f"QUOTECITE_PREP_PDF_DIR must name the PDF folder (got '{s.prep_pdf_dir or ''}')")
+            if not (s.prep.prep_jsonl and Path(s.prep.prep_jsonl).is_file()):
+                raise Fail(f"QUOTECITE_PREP_JSONL must name LongDocURL.jsonl (got '{s.prep.prep_jsonl or ''}')")
+            if not (s.prep.prep_pdf_dir and Path(s.prep.prep_pdf_dir).is_dir()):
+                raise Fail(f"QUOTECITE_PREP_PDF_DIR must name the PDF folder (got '{s.prep.prep_pdf_dir or ''}')")
 
     def main(self) -> int:
         n = self.shards
@@ -478,7 +485,7 @@ class Prep(Program):
     def submit_array(self) -> int:
         n, s = self.shards, self.s
         export = f"--export=ALL,QUOTECITE_REPO={REPO},QUOTECITE_PREP_OUT={self.out},QUOTECITE_PREP_SHARDS={n}"
-        extra, script = list(s.prep_sbatch_args or []), str(REPO / "launch" / "prep_array.sh")
+        extra, script = list(s.prep.prep_sbatch_args or []), str(REPO / "launch" / "prep_array.sh")
         array = [f"--array={self.tasks}", f"--output={self.log_dir}/shard-%A_%a.out", *extra,
                  f"{export},QUOTECITE_PREP_PHASE=shard", script]  # fmt: skip
 
@@ -486,10 +493,10 @@ class Prep(Program):
             return [f"--dependency=afterok:{job}", "--kill-on-invalid-dep=yes", f"--output={self.log_dir}/final-%j.out",
                     *extra, f"{export},QUOTECITE_PREP_PHASE=final", script]  # fmt: skip
 
-        jsonl = s.prep_jsonl
+        jsonl = s.prep.prep_jsonl
         self.say("quotecite data prep as a Slurm array, dry run (nothing is submitted)")
         self.say(f"input           {jsonl or '<QUOTECITE_PREP_JSONL>'}, PDFs under "
-                 f"{s.prep_pdf_dir or '<QUOTECITE_PREP_PDF_DIR>'}")  # fmt: skip
+                 f"{s.prep.prep_pdf_dir or '<QUOTECITE_PREP_PDF_DIR>'}")  # fmt: skip
         self.say(f"output          {self.out} (logs {self.log_dir})")
         self.say(f"shards          {n} (1-based, by a hash of doc_no), array tasks {self.tasks}")
         if self.dry and jsonl and Path(jsonl).is_file():
@@ -528,19 +535,28 @@ PROGRAMS = {"eval": Eval, "prep": Prep}
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2 or argv[0] not in PROGRAMS:
-        print("usage: python -m launch.arrays eval|prep SCRIPT [--dry-run | --help]", file=sys.stderr)
+        print(
+            "usage: python -m launch.arrays eval|prep SCRIPT [--dry-run] [--config FILE] [--set KEY=VALUE ...] | --help",
+            file=sys.stderr,
+        )
         return 2
     kind, script, rest = argv[0], Path(argv[1]), argv[2:]
-    for a in rest:
-        if a in ("-h", "--help"):
-            sys.stdout.write(help_text(script))
-            return 0
-        if a != "--dry-run":
-            print(f"error: unknown argument '{a}' (settings are environment variables; see --help)", file=sys.stderr)
-            return 2
+    if "-h" in rest or "--help" in rest:
+        sys.stdout.write(help_text(script))
+        return 0
+    ap = argparse.ArgumentParser(prog=str(script), add_help=False)
+    ap.add_argument("--dry-run", action="store_true")
+    settings.add_layer_arguments(ap)
+    a, unknown = ap.parse_known_args(rest)
+    if unknown:
+        print(f"error: unknown argument '{unknown[0]}' (settings: the environment, --config FILE, --set KEY=VALUE; "
+              "see --help)", file=sys.stderr)  # fmt: skip
+        return 2
     prog: Program | None = None
     try:
-        prog = PROGRAMS[kind]("--dry-run" in rest, dict(os.environ))
+        # --config and --set: into this environment, so the array's jobs and every step see the same values
+        os.environ.update(settings.resolve(os.environ, REPO, {kind}, a.config, a.set).env(("file", "command line")))
+        prog = PROGRAMS[kind](a.dry_run, dict(os.environ))
         if not prog.dry:
             signal.signal(signal.SIGTERM, prog.on_term)
             signal.signal(signal.SIGINT, prog.on_term)

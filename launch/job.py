@@ -65,7 +65,7 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,8 @@ from launch.layout import LayoutError, device_ids, plan_from_env, position_range
 from launch.run_files import RunError
 from launch.run_manifest import load_recipe, parse_overrides, recipe_value
 from launch.runlog import (
+    End,
+    Start,
     finish,
     last_step,
     logged_step,
@@ -215,8 +217,8 @@ class Job:
         self.environ = dict(environ)
         self.job_id = environ.get("SLURM_JOB_ID") or ("JOBID" if ex.dry else f"local-{datetime.now():%Y%m%d%H%M%S}")
         self.in_slurm = bool(environ.get("SLURM_JOB_ID"))
-        self.run_dir = Path(s.run_dir).resolve()
-        self.recipe = Path(s.recipe).resolve()
+        self.run_dir = Path(s.run.run_dir).resolve()
+        self.recipe = Path(s.run.recipe).resolve()
         self.stop_requested = False
         self.stop_handled = False
         self.terminating = False
@@ -248,7 +250,7 @@ class Job:
         self.addresses: dict[str, preflight.NodeAddress] = {}
         if self.multi:  # a name /etc/hosts maps to loopback is never what other nodes reach
             self.addresses = preflight.node_addresses(self.layout.nodes, preflight.this_node(env),
-                                                      s.node_addresses, self.probe)  # fmt: skip
+                                                      s.layout.node_addresses, self.probe)  # fmt: skip
             self.preflight_notes += [f"node address    {a.note}" for a in self.addresses.values() if a.note]
         self.net_env = preflight.network_env(env)
         self.preflight_notes.append(preflight.network_note(self.net_env, self.multi))
@@ -260,35 +262,35 @@ class Job:
         if not self.ex.dry:  # every process of the job inherits it: the servers are reached directly, never by proxy
             hosts = [*self.layout.nodes, *(a.host for a in self.addresses.values() if a.host not in self.layout.nodes)]
             os.environ.update(no_proxy_env(hosts, os.environ))
-        train_files = s.train_files or (f"{s.data_dir}/train.parquet" if s.data_dir else "")
+        train_files = s.run.train_files or (f"{s.run.data_dir}/train.parquet" if s.run.data_dir else "")
+        dry_max_steps: str | None = None  # a dry run without the training data: what its header says instead
         try:
-            self.p = plan_run(self.recipe, "" if s.max_steps is None else str(s.max_steps), train_files, REPO,
+            self.p = plan_run(self.recipe, "" if s.run.max_steps is None else str(s.run.max_steps), train_files, REPO,
                               self.args)  # fmt: skip
         except (RunError, InputError, OSError) as e:
             # a dry run may plan without the training data (max_steps then comes from it at run time); nothing else
-            if not self.ex.dry or not self.recipe.is_file() or s.max_steps is not None:
+            if not self.ex.dry or not self.recipe.is_file() or s.run.max_steps is not None:
                 raise InputError(f"cannot plan the run from {self.recipe}: {e}") from None
             try:
-                self.p = plan_run(self.recipe, "0", "", REPO, self.args)
+                self.p = replace(plan_run(self.recipe, "0", "", REPO, self.args), max_steps_from="")
             except (RunError, InputError, OSError) as e2:
                 raise InputError(f"cannot plan the run from {self.recipe}: {e2}") from None
-            self.p["max_steps"], self.p["max_steps_from"] = "<from the data at run time>", ""
-        self.max_steps = self.p["max_steps"]
+            dry_max_steps = "<from the data at run time>"
+        self.max_steps: int | str = self.p.max_steps if dry_max_steps is None else dry_max_steps
         self.trainer_gpus = ",".join(device_ids(self.layout.train_positions, self.alloc.devices, self.first))
         over = [f"config={self.recipe}", f"trainer.nnodes={len(self.layout.trainer_nodes)}",
                 f"trainer.n_gpus_per_node={self.layout.train_gpus_per_node}",
                 f"trainer.save_checkpoint_path={self.run_dir}/checkpoints", "trainer.find_last_checkpoint=true",
                 f"trainer.max_steps={self.max_steps}"]  # fmt: skip
-        if self.p["logger_override"]:
-            over.append(self.p["logger_override"])
-        if s.train_files:
-            over.append(f"data.train_files={s.train_files}")
-        if s.val_files:
-            over.append(f"data.val_files={s.val_files}")
+        if self.p.logger_override:
+            over.append(self.p.logger_override)
+        if s.run.train_files:
+            over.append(f"data.train_files={s.run.train_files}")
+        if s.run.val_files:
+            over.append(f"data.val_files={s.run.val_files}")
         self.fit_at = len(over)  # --- pre-flight: where the job's own fitted overrides go (before the user's)
         over += self.args
-        over += [self.p[k] for k in ("format_prompt_override", "reward_fn_override", "batch_groups_override",
-                                     "keep_band_override") if self.p[k]]  # fmt: skip
+        over += self.p.path_overrides
         self.overrides = over
         # --- pre-flight: wandb (one wandb run for every job of the run)
         self.wandb_env, wandb_note = preflight.wandb_env(self.run_dir, preflight.recipe_loggers(self.recipe, over[1:]),
@@ -331,7 +333,7 @@ class Job:
             return recipe_value(recipe, given, key, default)
 
         step_s, source = budget.step_seconds(self.run_dir, str(value("worker.actor.model.model_path", "")))
-        sf = budget.plan_save_freq(value("trainer.save_freq", -1), step_s, source, self.s.stop_grace,
+        sf = budget.plan_save_freq(value("trainer.save_freq", -1), step_s, source, self.s.run.stop_grace,
                                    "trainer.save_freq" in user, source.startswith("measured"))  # fmt: skip
         vb, vb_note = budget.plan_val_batch(value("data.val_batch_size", -1), value("data.rollout_batch_size", 512),
                                             "data.val_batch_size" in user)  # fmt: skip
@@ -370,7 +372,7 @@ class Job:
     def _dry_resume_step(self) -> int:
         """The step the job would resume from (a read, for the dry run)."""
         try:
-            return find_resume_point(self.run_dir / "checkpoints", bool(self.p["require_lora"])).step
+            return find_resume_point(self.run_dir / "checkpoints", self.p.require_lora).step
         except (OSError, ValueError, RunError):
             return 0
 
@@ -378,9 +380,9 @@ class Job:
     def _software(self) -> dict[str, Any]:
         """The programs of the job: the trainer's python, the servers' ``vllm``, and the versions for the manifest."""
         s = self.s
-        if not s.env_setup:
+        if not s.software.env_setup:
             py = "python3"
-            sw = {"trainer_python": py, "server_vllm": "vllm", "easyr1_commit": s.easyr1_commit or
+            sw = {"trainer_python": py, "server_vllm": "vllm", "easyr1_commit": s.software.easyr1_commit or
                   "unknown (QUOTECITE_ENV_SETUP=0)", "vllm_trainer": "unknown", "vllm_server": "unknown",
                   "env": {}}  # fmt: skip
         else:
@@ -393,16 +395,21 @@ class Job:
                                      + "\n  ".join(problems))  # fmt: skip
             sw = setup.job_env(REPO, self.environ)
         sw.setdefault("env", {})
-        s_py = s.python or str(REPO / ".venv" / "bin" / "python")
-        sw["launch_python"] = s_py if Path(s_py).exists() or s.python else sys.executable
+        s_py = s.run.python or str(REPO / ".venv" / "bin" / "python")
+        sw["launch_python"] = s_py if Path(s_py).exists() or s.run.python else sys.executable
         # reward.train: EasyR1's verl.trainer.main, its wandb run also given the reward's samples
-        sw["trainer_cmd"] = list(s.trainer_cmd or []) or [sw["trainer_python"], "-m", "reward.train"]
-        sw["check_python"] = str(s.check_python or (sw["trainer_python"] if s.env_setup else sw["launch_python"]))
+        sw["trainer_cmd"] = list(s.run.trainer_cmd or []) or [sw["trainer_python"], "-m", "reward.train"]
+        sw["check_python"] = str(
+            s.run.check_python or (sw["trainer_python"] if s.software.env_setup else sw["launch_python"])
+        )
         serve = [sw["server_vllm"], "serve"]
-        sw["judge_cmd"], sw["embed_cmd"] = list(s.judge_cmd or []) or serve, list(s.embed_cmd or []) or serve
-        if s.ray_cmd:
-            sw["ray"] = list(s.ray_cmd)
-        elif s.env_setup:
+        sw["judge_cmd"], sw["embed_cmd"] = (
+            list(s.servers.judge_cmd or []) or serve,
+            list(s.servers.embed_cmd or []) or serve,
+        )
+        if s.ray.ray_cmd:
+            sw["ray"] = list(s.ray.ray_cmd)
+        elif s.software.env_setup:
             sw["ray"] = [str(Path(sw["trainer_python"]).parent / "ray")]
         else:
             sw["ray"] = ["ray"]
@@ -417,14 +424,14 @@ class Job:
             host = self.addresses[node].host if self.multi else "127.0.0.1"
             where = f"{node} GPU {pos}" if self.multi else f"GPU {dev}"
             if role == "embed":
-                port, label = s.embed_port, f"embedding server ({s.embed_model} on {where})"
+                port, label = s.servers.embed_port, f"embedding server ({s.models.embed_model} on {where})"
             else:
-                port = s.judge_port + i if s.judge_port else 0
+                port = s.servers.judge_port + i if s.servers.judge_port else 0
                 if port > 65535:
-                    raise InputError(f"judge replica {i + 1}'s port {port} (QUOTECITE_JUDGE_PORT={s.judge_port} + "
+                    raise InputError(f"judge replica {i + 1}'s port {port} (QUOTECITE_JUDGE_PORT={s.servers.judge_port} + "
                                      f"{i}) is past 65535: lower QUOTECITE_JUDGE_PORT, or 0 for any free port")  # fmt: skip
-                label = f"judge server{f' {i + 1}' if i else ''} ({s.judge_model} on {where})"
-            out.append(Server(name, role, s.embed_model if role == "embed" else s.judge_model, node, pos, dev, host,
+                label = f"judge server{f' {i + 1}' if i else ''} ({s.models.judge_model} on {where})"
+            out.append(Server(name, role, s.models.embed_model if role == "embed" else s.models.judge_model, node, pos, dev, host,
                               port, label))  # fmt: skip
         return out
 
@@ -472,8 +479,8 @@ class Job:
         env = {
             "QUOTECITE_JUDGE_URL": self.judge_url(),
             "QUOTECITE_EMBED_URL": self.embed_url(),
-            "QUOTECITE_JUDGE_MODEL": s.judge_model,
-            "QUOTECITE_EMBED_MODEL": s.embed_model,
+            "QUOTECITE_JUDGE_MODEL": s.models.judge_model,
+            "QUOTECITE_EMBED_MODEL": s.models.embed_model,
             "QUOTECITE_CKPT_DIR": f"{self.run_dir}/checkpoints",
             "QUOTECITE_METRICS_DIR": str(self.segment_dir),
             "QUOTECITE_SEGMENT": self.segment or "JOBID-N",
@@ -489,15 +496,15 @@ class Job:
         env.update(self.net_env)
         env.update(self.wandb_env)
         # --- end pre-flight
-        if s.cache_dir or s.data_dir:
-            env["QUOTECITE_CACHE_DIR"] = str(s.cache_dir or f"{s.data_dir}/cache")
+        if s.run.cache_dir or s.run.data_dir:
+            env["QUOTECITE_CACHE_DIR"] = str(s.run.cache_dir or f"{s.run.data_dir}/cache")
         # Several trainer nodes: EasyR1's ray.init() joins this job's cluster; one: it starts a new one of its own
         # ("local"), never one that a stale /tmp/ray/ray_current_cluster names.
         env["RAY_ADDRESS"] = self.ray_address or "local"
         return env
 
     def ray_tmp(self) -> str:
-        return str(self.s.ray_tmpdir or f"/tmp/qcray-{self.job_id}")
+        return str(self.s.ray.ray_tmpdir or f"/tmp/qcray-{self.job_id}")
 
     def read_port(self, srv: Server) -> int:
         try:
@@ -542,7 +549,7 @@ class Job:
         ex = self.ex
         lines = [f"quotecite GRPO launch{', dry run (nothing is started)' if ex.dry else ''}",
                  f"repository      {REPO}", f"run folder      {self.run_dir}", f"recipe          {self.recipe}",
-                 f"max_steps       {self.max_steps}" + (f" ({self.p['max_steps_from']})" if self.p["max_steps_from"] else "")]  # fmt: skip
+                 f"max_steps       {self.max_steps}" + (f" ({self.p.max_steps_from})" if self.p.max_steps_from else "")]  # fmt: skip
         if not self.multi:
             lines.append(f"GPU split       trainer CUDA_VISIBLE_DEVICES={self.trainer_gpus} (trainer.n_gpus_per_node="
                          f"{lay.train_gpus_per_node}); judge + embedder CUDA_VISIBLE_DEVICES="
@@ -567,11 +574,11 @@ class Job:
         if lay.idle:
             lines.append("idle GPUs       " + "; ".join(f"{n} GPU {position_ranges(p)}" for n, p in lay.idle.items()))
         lines += self.preflight_notes  # --- pre-flight (launch/preflight.py)
-        lines.append(f"judge           {s.judge_model} at {self.judge_url()}")
-        lines.append(f"embedder        {s.embed_model} at {self.embed_url()}")
-        lines.append(f"stop on USR1    {s.trainer_stop} (grace {s.stop_grace:g}s); chain: "
-                     f"{'scontrol requeue of this job' if s.chain else 'off (QUOTECITE_CHAIN=0)'}, stop after "
-                     f"{s.max_stalled_jobs} jobs without progress; this is run "
+        lines.append(f"judge           {s.models.judge_model} at {self.judge_url()}")
+        lines.append(f"embedder        {s.models.embed_model} at {self.embed_url()}")
+        lines.append(f"stop on USR1    {s.run.trainer_stop} (grace {s.run.stop_grace:g}s); chain: "
+                     f"{'scontrol requeue of this job' if s.chain.chain else 'off (QUOTECITE_CHAIN=0)'}, stop after "
+                     f"{s.chain.max_stalled_jobs} jobs without progress; this is run "
                      f"{int(self.environ.get('SLURM_RESTART_COUNT') or 0) + 1} of job {self.job_id}")  # fmt: skip
         for line in lines:
             if ex.dry:
@@ -589,36 +596,42 @@ class Job:
         # --- pre-flight: NVIDIA driver and C compiler (launch/preflight.py), before any server starts
         if self.restarts == 0:
             for line in preflight.check_toolchain(self.environ, str(self.software.get("torch_server", "unknown")),
-                                                  bool(self.s.env_setup), self.probe):  # fmt: skip
+                                                  bool(self.s.software.env_setup), self.probe):  # fmt: skip
                 self.ex.note(line)
         # --- end pre-flight
-        models = {"policy": self.p["policy_model"], "judge": self.s.judge_model, "embedder": self.s.embed_model}
+        models = {
+            "policy": self.p.policy_model,
+            "judge": self.s.models.judge_model,
+            "embedder": self.s.models.embed_model,
+        }
         sw = self.software
 
-        def do() -> dict:
-            return prepare(self.run_dir, self.job_id, self.max_steps, self.s.max_stalled_jobs,
-                           bool(self.p["require_lora"]), REPO, self.recipe, sw["easyr1_commit"], sw["vllm_trainer"],
-                           sw["vllm_server"], models, bool(self.s.allow_recipe_change),
-                           {"allocation": self.alloc.source, "nodes": self.layout.nodes})  # fmt: skip
+        def do() -> Start:
+            return prepare(self.run_dir, self.job_id, max_steps=self.max_steps,
+                           max_stalled=self.s.chain.max_stalled_jobs, require_lora=self.p.require_lora, repo=REPO,
+                           recipe=self.recipe, easyr1_commit=sw["easyr1_commit"], vllm_trainer=sw["vllm_trainer"],
+                           vllm_server=sw["vllm_server"], models=models,
+                           allow_recipe_change=bool(self.s.run.allow_recipe_change),
+                           job_extra={"allocation": self.alloc.source, "nodes": self.layout.nodes})  # fmt: skip
 
         d = self.ex.call("prepare", "repair the checkpoints, pick the resume step, open a segment "
                          "RUN_DIR/segments/JOBID-N, update manifest.json", do,
-                         dry_result={"action": "run", "message": "dry run", "exit": 0, "checkpoint_notes": "",
-                                     "segment": "JOBID-N", "segment_dir": str(self.segment_dir),
-                                     "resume_step": self._dry_resume_step()})  # fmt: skip
-        if d["checkpoint_notes"]:
-            self.log(f"checkpoints: {d['checkpoint_notes']}")
-        if d["action"] == "done":
-            self.log(f"{d['message']}; nothing to do")
+                         dry_result=Start(action="run", message="dry run", exit_code=0,
+                                          resume_step=self._dry_resume_step(), segment="JOBID-N",
+                                          segment_dir=self.segment_dir))  # fmt: skip
+        if d.checkpoint_notes:
+            self.log(f"checkpoints: {'; '.join(d.checkpoint_notes)}")
+        if d.action == "done":
+            self.log(f"{d.message}; nothing to do")
             self.exit_code = 0
             return State.DONE
-        if d["action"] == "stop":
-            self.log(f"error: {d['message']}")
-            self.exit_code = d["exit"]
+        if d.action == "stop" or d.segment_dir is None:
+            self.log(f"error: {d.message}")
+            self.exit_code = d.exit_code
             return State.STOP
-        self.segment, self.segment_dir = d["segment"], Path(d["segment_dir"])
-        self.log(f"segment {self.segment}: {d['message']}")
-        self._resume_overrides(int(d.get("resume_step") or 0))  # --- pre-flight: no validation again at a resume
+        self.segment, self.segment_dir = d.segment, d.segment_dir
+        self.log(f"segment {self.segment}: {d.message}")
+        self._resume_overrides(d.resume_step)  # --- pre-flight: no validation again at a resume
         if self.restarts == 0:
             self.ex.call("disk", "estimate the disk use of the checkpoints against the free space of the run folder "
                          "(refuse with the numbers, warn under the margin); prune checkpoints/incomplete/",
@@ -665,7 +678,7 @@ class Job:
             source = driver
         s = self.s
         serve_gpus = len({(node, pos) for _, node, pos in self.layout.server_gpus()})
-        servers = budget_gpu.ServerPlan(s.judge_model, s.embed_model, s.judge_gpu_util, s.embed_gpu_util,
+        servers = budget_gpu.ServerPlan(s.models.judge_model, s.models.embed_model, s.servers.judge_gpu_util, s.servers.embed_gpu_util,
                                         serve_gpus, len(self.layout.judges))  # fmt: skip
         b = budget_gpu.estimate(recipe, gpu, servers)
         if b.refusal():
@@ -693,7 +706,7 @@ class Job:
                                 port_file=srv.port_file, bind_host=srv.host,
                                 prefer_port=prefer)  # fmt: skip
         self.ex.wait(f"health-{srv.name}", f"wait until the /health of {srv.name} answers 200 on its port (read from "
-                     f"{srv.port_file.name}; at most {self.s.health_timeout:g}s), else stop: {srv.label} is not "
+                     f"{srv.port_file.name}; at most {self.s.servers.health_timeout:g}s), else stop: {srv.label} is not "
                      f"healthy, see {srv.log}", lambda: self._wait_health(srv))  # fmt: skip
 
     def _wait_health(self, srv: Server) -> None:
@@ -702,7 +715,7 @@ class Job:
             return f"http://{srv.host}:{srv.port}/health" if srv.port else ""
 
         try:
-            took = wait_healthy(url, srv.label, self.s.health_timeout, self.s.health_poll, str(srv.log),
+            took = wait_healthy(url, srv.label, self.s.servers.health_timeout, self.s.servers.health_poll, str(srv.log),
                                 srv.proc.poll, stop=lambda: self.terminating)  # fmt: skip
         except NotHealthy as e:
             raise JobError(str(e), "server_failed", (srv.log,), final=True) from None
@@ -731,10 +744,10 @@ class Job:
                 *(self.ray_ports.head_args() if self.ray_ports else [])]  # fmt: skip
         self.ray_procs = [(head, self.on_node("ray_0", head, pos, argv, self.segment_dir / f"ray-{head}.log", env,
                                               port_file=port_file, bind_host=head_addr,
-                                              prefer_port=s.ray_port or 0))]  # fmt: skip
+                                              prefer_port=s.ray.ray_port or 0))]  # fmt: skip
 
         def head_port() -> None:
-            deadline = time.monotonic() + s.ray_timeout
+            deadline = time.monotonic() + s.ray.ray_timeout
             while True:
                 try:
                     port = int(port_file.read_text().strip())
@@ -748,7 +761,7 @@ class Job:
                         return
                 self._check_ray()
                 if time.monotonic() >= deadline:
-                    raise JobError(f"the Ray head on {head} did not answer within {s.ray_timeout:g}s; see its log "
+                    raise JobError(f"the Ray head on {head} did not answer within {s.ray.ray_timeout:g}s; see its log "
                                    f"{self.segment_dir}/ray-{head}.log", "crashed")  # fmt: skip
                 time.sleep(1)
 
@@ -763,12 +776,12 @@ class Job:
             self.ray_procs.append((node, self.on_node(f"ray_{i}", node, pos, argv, self.segment_dir / f"ray-{node}.log",
                                                       env)))  # fmt: skip
         self.ex.wait("ray-nodes", f"wait until `{shlex.join([*ray, 'status', '--address', self.ray_address])}` lists "
-                     f"{len(lay.trainer_nodes)} active nodes (at most {s.ray_timeout:g}s)", self._wait_ray)  # fmt: skip
+                     f"{len(lay.trainer_nodes)} active nodes (at most {s.ray.ray_timeout:g}s)", self._wait_ray)  # fmt: skip
         return State.CHECK
 
     def _wait_ray(self) -> None:
         ray, want = self.software["ray"], len(self.layout.trainer_nodes)
-        deadline = time.monotonic() + self.s.ray_timeout
+        deadline = time.monotonic() + self.s.ray.ray_timeout
         seen = 0
         while True:
             self._check_ray()
@@ -780,7 +793,7 @@ class Job:
                          f"{self.layout.train_gpus_per_node} GPU(s) each")  # fmt: skip
                 return
             if time.monotonic() >= deadline:
-                raise JobError(f"Ray sees {seen} of {want} trainer nodes after {self.s.ray_timeout:g}s; see the logs "
+                raise JobError(f"Ray sees {seen} of {want} trainer nodes after {self.s.ray.ray_timeout:g}s; see the logs "
                                f"{self.segment_dir}/ray-*.log", "crashed")  # fmt: skip
             time.sleep(1)
 
@@ -802,7 +815,7 @@ class Job:
             p.stop(10)
 
     def state_check(self) -> State:
-        if not self.s.preflight:
+        if not self.s.run.preflight:
             if self.restarts == 0:
                 self.ex.note("reward check skipped (QUOTECITE_PREFLIGHT=0)")
                 self.log("reward check skipped (QUOTECITE_PREFLIGHT=0)")
@@ -814,7 +827,7 @@ class Job:
                      "no resubmission")  # fmt: skip
         log = self.segment_dir / "check.log"
         argv = [self.software["check_python"], "-m", "reward", "check", "--recipe", str(self.recipe), "--judge-url",
-                self.judge_url(), "--judge-model", self.s.judge_model, "--embed-url", self.embed_url(), "--",
+                self.judge_url(), "--judge-model", self.s.models.judge_model, "--embed-url", self.embed_url(), "--",
                 *self.overrides[1:]]  # fmt: skip
         self.log(f"reward check: the training data, the block cache and both servers (log: {log})")
         self.check = self.ex.start(Step("start", "check", argv, env=self.trainer_env(), gpus="", log=str(log)))
@@ -843,15 +856,15 @@ class Job:
                                           env=self.trainer_env(), gpus=self.trainer_gpus,
                                           log=str(self.segment_dir / "trainer.log")))  # fmt: skip
         self.ex.note(
-            f"on SIGUSR1: {'forward SIGUSR1 to the trainer' if s.trainer_stop == 'signal' else 'stop the trainer once checkpoint_tracker.json advances and that step is logged'} (at most {s.stop_grace:g}s); on SIGTERM: stop everything and record the segment (Slurm requeues the job or not)"
+            f"on SIGUSR1: {'forward SIGUSR1 to the trainer' if s.run.trainer_stop == 'signal' else 'stop the trainer once checkpoint_tracker.json advances and that step is logged'} (at most {s.run.stop_grace:g}s); on SIGTERM: stop everything and record the segment (Slurm requeues the job or not)"
         )  # noqa: E501
         self.ex.note(f"while training: a judge or embedder process that dies is restarted (at most "
-                     f"{s.max_server_restarts} per job); a trainer that stops on a server outage gets both servers "
-                     f"restarted and resumes in a new segment (at most {s.max_restarts} per job)")  # fmt: skip
+                     f"{s.servers.max_server_restarts} per job); a trainer that stops on a server outage gets both servers "
+                     f"restarted and resumes in a new segment (at most {s.run.max_restarts} per job)")  # fmt: skip
         self.status, self.trainer_rc, self.end_message = "", None, ""
         stop_deadline = stop_base = log_wait_until = 0.0
         while not self.ex.dry and self.trainer.poll() is None:
-            self.nap(s.poll_seconds)
+            self.nap(s.run.poll_seconds)
             try:
                 self._check_servers()
                 self._check_ray()
@@ -862,24 +875,24 @@ class Job:
                 return State.END
             if self.stop_requested and not self.stop_handled:
                 self.stop_handled = True
-                stop_deadline = time.monotonic() + s.stop_grace
-                if s.trainer_stop == "signal":
-                    self.log(f"SIGUSR1: asking the trainer to save and exit (at most {s.stop_grace:g}s)")
+                stop_deadline = time.monotonic() + s.run.stop_grace
+                if s.run.trainer_stop == "signal":
+                    self.log(f"SIGUSR1: asking the trainer to save and exit (at most {s.run.stop_grace:g}s)")
                     self.trainer.signal(signal.SIGUSR1)
                 else:
                     stop_base = last_step(self.run_dir)
                     self.log(f"SIGUSR1: stopping the trainer after its next checkpoint (now at step {stop_base}; at "
-                             f"most {s.stop_grace:g}s)")  # fmt: skip
+                             f"most {s.run.stop_grace:g}s)")  # fmt: skip
             if self.stop_handled:
                 if time.monotonic() >= stop_deadline:
-                    self.log(f"no checkpoint within {s.stop_grace:g}s of SIGUSR1; stopping the trainer now (steps "
+                    self.log(f"no checkpoint within {s.run.stop_grace:g}s of SIGUSR1; stopping the trainer now (steps "
                              "since the last checkpoint are lost)")  # fmt: skip
                     self.trainer.stop(30)
-                elif s.trainer_stop == "checkpoint":
+                elif s.run.trainer_stop == "checkpoint":
                     now = last_step(self.run_dir)
                     if now > stop_base:
                         if not log_wait_until:  # EasyR1 logs a step's metrics right after saving its checkpoint
-                            log_wait_until = time.monotonic() + s.log_wait
+                            log_wait_until = time.monotonic() + s.run.log_wait
                         if logged_step(self.segment_dir) >= now or time.monotonic() >= log_wait_until:
                             self.log(f"checkpoint global_step_{now} is complete; stopping the trainer")
                             self.trainer.stop(30)
@@ -904,13 +917,13 @@ class Job:
             if rc is None:
                 continue
             srv.proc.stop(1)
-            if self.server_restarts >= self.s.max_server_restarts:
+            if self.server_restarts >= self.s.servers.max_server_restarts:
                 raise JobError(f"{srv.label} exited (code {rc}) mid-job after {self.server_restarts} restarts in this "
-                               f"job (QUOTECITE_MAX_SERVER_RESTARTS={self.s.max_server_restarts}); see {srv.log}",
+                               f"job (QUOTECITE_MAX_SERVER_RESTARTS={self.s.servers.max_server_restarts}); see {srv.log}",
                                "server_failed")  # fmt: skip
             self.server_restarts += 1
             self.log(f"{srv.label} exited (code {rc}) mid-job; restarting it ({self.server_restarts} of at most "
-                     f"{self.s.max_server_restarts} in this job)")  # fmt: skip
+                     f"{self.s.servers.max_server_restarts} in this job)")  # fmt: skip
             totals = record_restart(self.run_dir, self.segment, srv.role, f"exited with code {rc}")
             self.log("restarts in this run: " + ",".join(f"{k}={v}" for k, v in sorted(totals.items())))
             self.serve(srv)
@@ -928,9 +941,9 @@ class Job:
             outage = read_outage(self.segment_dir)
             if outage is not None:
                 self.end_message = f"stopped on a server outage: {outage}"
-                if self.restarts < self.s.max_restarts:
+                if self.restarts < self.s.run.max_restarts:
                     return State.RESTART
-                self.log(f"the trainer {self.end_message}; {self.s.max_restarts} restarts in this job already "
+                self.log(f"the trainer {self.end_message}; {self.s.run.max_restarts} restarts in this job already "
                          "(QUOTECITE_MAX_RESTARTS)")  # fmt: skip
         return State.FINISH
 
@@ -938,7 +951,7 @@ class Job:
         self.restarts += 1
         self.log(
             f"the trainer {self.end_message}; restarting the judge and embedding servers and the trainer from "
-            f"the last complete checkpoint ({self.restarts} of at most {self.s.max_restarts} in this job)"
+            f"the last complete checkpoint ({self.restarts} of at most {self.s.run.max_restarts} in this job)"
         )
         self._finish("outage", self.trainer_rc, self.end_message)
         outage = self.end_message.removeprefix("stopped on a server outage: ")
@@ -950,29 +963,30 @@ class Job:
             self.log(f"not restarting: {nxt.value}")
         return nxt
 
-    def _finish(self, status: str, rc: int | None, message: str) -> dict:
+    def _finish(self, status: str, rc: int | None, message: str) -> End:
         return self.ex.call("finish", "close the segment (its status and end step), merge the run log, decide",
-                            lambda: finish(self.run_dir, self.segment, status, rc, message, self.max_steps,
-                                           self.s.max_stalled_jobs, bool(self.p["require_lora"])),
-                            dry_result={"action": "continue", "message": "dry run", "exit": 0, "end_step": 0,
-                                        "logged_steps": 0, "missing_steps": ""})  # fmt: skip
+                            lambda: finish(self.run_dir, self.segment, status=status, trainer_exit=rc, message=message,
+                                           max_steps=self.max_steps, max_stalled=self.s.chain.max_stalled_jobs,
+                                           require_lora=self.p.require_lora),
+                            dry_result=End(action="continue", message="dry run", exit_code=0, end_step=0,
+                                           logged_steps=0))  # fmt: skip
 
     def state_finish(self) -> State:
         d = self._finish(self.status, self.trainer_rc, self.end_message)
         self.ex.call("samples-page", "write RUN_DIR/samples.html, the samples browser of the reward's sampled "
                      "groups (when the run has any)", self._samples_page)  # fmt: skip
-        if d["missing_steps"]:
-            self.log(f"warning: no metrics for steps {d['missing_steps']} (see run_summary.json)")
-        self.log(f"run log: {d['logged_steps']} steps; last complete checkpoint: step {d['end_step']} of "
+        if d.missing_steps:
+            self.log(f"warning: no metrics for steps {','.join(map(str, d.missing_steps))} (see run_summary.json)")
+        self.log(f"run log: {d.logged_steps} steps; last complete checkpoint: step {d.end_step} of "
                  f"{self.max_steps}")  # fmt: skip
-        self.exit_code = d["exit"]
+        self.exit_code = d.exit_code
         self.decision = d
-        if d["action"] == "continue":
+        if d.action == "continue":
             return State.CHAIN
-        if d["action"] == "done":
-            self.log(d["message"])
+        if d.action == "done":
+            self.log(d.message)
             return State.DONE
-        self.log(f"error: {d['message']}")
+        self.log(f"error: {d.message}")
         return State.STOP
 
     def _samples_page(self) -> None:
@@ -995,11 +1009,11 @@ class Job:
         A refused requeue (``Requeue=0``, permission) stops the chain with the reason and the command that resumes
         by hand: a fresh ``sbatch`` from inside the job would fall back to the script's header and lose the options
         the user gave (partition, account, nodes, ``--signal``), so the job does not guess them."""
-        msg = self.decision["message"] if hasattr(self, "decision") else ""
+        msg = self.decision.message if hasattr(self, "decision") else ""
         if not self.ex.dry and not self.in_slurm:
             self.log(f"{msg} -- not under Slurm: run this script again to resume")
             return State.DONE
-        if not self.s.chain:
+        if not self.s.chain.chain:
             self.log(f"{msg} -- QUOTECITE_CHAIN=0: not requeueing; to resume: {self.resubmit_hint()}")
             return State.DONE
         self.ex.note("if the run is not complete and the job made progress: requeue this same job (same id, options "
@@ -1078,6 +1092,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settings", action="store_true", help="print every setting's resolved value and exit")
     ap.add_argument("--smoke", action="store_true", help="two steps, then eval infer (launch/smoke.py)")
     ap.add_argument("-h", "--help", action="store_true")
+    settings.add_layer_arguments(ap)
     a, rest = ap.parse_known_args(argv)
     if a.help:
         print(__doc__)
@@ -1085,21 +1100,24 @@ def main(argv: list[str] | None = None) -> int:
               "       bash launch/grpo_8b.sh --dry-run [--steps-json] [key=value ...]\n"
               "       bash launch/grpo_8b.sh --settings\n"
               "       sbatch launch/grpo_8b.sh --smoke [key=value ...]   (two steps in RUN_DIR/smoke/JOBID, "
-              "then eval infer; launch/smoke.py)\n")  # fmt: skip
+              "then eval infer; launch/smoke.py)\n"
+              "  settings: --config FILE (YAML, by group) and --set group.field=VALUE, over the environment's\n")  # fmt: skip
         print(settings.render_help())
         return 0
     unknown = [x for x in rest if x.startswith("-")]
     if unknown:
-        print(f"error: unknown option {unknown[0]} (options: --dry-run, --steps-json, --settings, --smoke, --help; "
+        print(f"error: unknown option {unknown[0]} (options: --dry-run, --steps-json, --settings, --smoke, --config, "
+              "--set, --help; "
               "everything else is key=value for EasyR1)", file=sys.stderr)  # fmt: skip
         return 2
     try:
-        s = settings.resolve(os.environ, REPO)
+        s = settings.resolve(os.environ, REPO, file=a.config, sets=a.set)
+        os.environ.update(s.env(("file", "command line")))  # every step and child sees the values the job sees
         # --- smoke (launch/smoke.py): its own run folder, two steps, no next job, save and validate at each step
         if a.smoke:
             job_id = os.environ.get("SLURM_JOB_ID") or ("JOBID" if a.dry_run else f"local-{datetime.now():%Y%m%d%H%M%S}")  # fmt: skip
-            os.environ.update(smoke.environment(os.environ, Path(s.run_dir).resolve(), job_id))
-            s, rest = settings.resolve(os.environ, REPO), smoke.overrides(rest)
+            os.environ.update(smoke.environment(os.environ, Path(s.run.run_dir).resolve(), job_id))
+            s, rest = settings.resolve(os.environ, REPO), smoke.overrides(rest)  # --config/--set: in os.environ now
             smoke.check_inputs(s, a.dry_run or a.settings)
         # --- end smoke
         if a.settings:
@@ -1109,7 +1127,7 @@ def main(argv: list[str] | None = None) -> int:
             ex: Executor = PrintingExecutor(as_json=a.steps_json)
         else:
             job_id = os.environ.get("SLURM_JOB_ID") or f"local-{socket.gethostname()}-{os.getpid()}"
-            steps = Path(s.run_dir).resolve() / "logs" / f"steps-{job_id}.jsonl"
+            steps = Path(s.run.run_dir).resolve() / "logs" / f"steps-{job_id}.jsonl"
             ex = Executor(steps)
         job = Job(s, rest, ex, dict(os.environ))
         if not a.smoke:

@@ -1,7 +1,8 @@
 """Run bookkeeping for chained training jobs: checkpoints, job segments, the merged run log, the manifest.
 
-``launch/grpo_8b.sh`` calls this module (``python -m launch.runlog COMMAND``) at the start and at the end of every
-Slurm job of a run. A *run* lives in one folder ``RUN_DIR``::
+The training job (:mod:`launch.job`) calls :func:`plan_run` before it starts anything, :func:`prepare` at every
+trainer start and :func:`finish` at every trainer end, and passes their typed records (:class:`Plan`,
+:class:`Start`, :class:`End`) between its steps. A *run* lives in one folder ``RUN_DIR``::
 
     RUN_DIR/checkpoints/               trainer.save_checkpoint_path: global_step_N/, checkpoint_tracker.json,
                                        experiment_log.jsonl -> ../segments/<current>/experiment_log.jsonl
@@ -43,16 +44,18 @@ step's line before it stops the trainer, so only a hard kill in that moment can 
 
 Outages and restarts: a trainer that stops because the reward gave up on a judge/embedder outage (the reward's
 ``server_outage.json`` in its segment) ends that segment as ``outage``; the launch restarts both servers and the
-trainer in a new segment of the same job, which resumes like any other (``python -m launch.runlog outage``,
-``restart``). ``manifest.json`` counts every restart (``restarts``: ``judge``, ``embed``, ``trainer``), overall and
-per job; each segment keeps its own in ``extra.restarts``.
+trainer in a new segment of the same job, which resumes like any other (:func:`read_outage`, :func:`record_restart`).
+``manifest.json`` counts every restart (``restarts``: ``judge``, ``embed``, ``trainer``), overall and per job; each
+segment keeps its own in ``extra.restarts``.
 
 The training batch: each step's ``train_batch`` comes from the reward's ``reward_batches.jsonl`` (see
 :func:`merge_run_log`), the reward of the responses that trained. ``python -m launch.runlog plot RUN_DIR`` draws
 the curves (:mod:`launch.plot`).
 
 The parts live in :mod:`launch.run_files`, :mod:`launch.checkpoints`, :mod:`launch.segments`,
-:mod:`launch.merge` and :mod:`launch.run_manifest`; this module is the command line. Only the standard library is imported at module level (PyYAML only to read a recipe), so any Python 3.11 runs it.
+:mod:`launch.merge` and :mod:`launch.run_manifest`; this module holds the job's steps and the command line
+(``plot``, ``merge``). Only the standard library is imported at module level (PyYAML only to read a recipe), so any
+Python 3.11 runs it.
 """
 
 from __future__ import annotations
@@ -62,8 +65,8 @@ if __name__ == "__main__" and not __package__:  # run by its path: its imports n
 
 import argparse
 import os
-import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +113,103 @@ from launch.segments import (
 )
 
 
-# --------------------------------------------------------------------------------------------- commands
-def shell_vars(**kw: Any) -> str:
-    """``KEY=value`` lines, quoted for ``eval`` in bash."""
-    return "".join(f"{k}={shlex.quote('' if v is None else str(v))}\n" for k, v in kw.items())
+# --------------------------------------------------------------------------------------------- the job's steps
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`plan_run` reads from the recipe and the overrides before the job starts anything."""
+
+    max_steps: int
+    """The trainer's ``trainer.max_steps``: the setting, the recipe, or worked out from the training data."""
+    max_steps_from: str
+    """Where :attr:`max_steps` came from, in words (``recipe trainer.max_steps``, the data's row count, ...)."""
+    policy_model: str
+    """``worker.actor.model.model_path``: the policy the run trains (empty when the recipe names none)."""
+    require_lora: bool
+    """Whether the recipe trains a LoRA adapter (``worker.actor.model.lora.rank > 0``): a checkpoint needs one."""
+    recipe_sha256: str
+    """The recipe file's SHA-256."""
+    save_freq: int
+    """``trainer.save_freq`` (checked > 0 by :func:`~launch.run_manifest.check_recipe`)."""
+    save_limit: int | None
+    """``trainer.save_limit``, None when neither the recipe nor an override sets it."""
+    logger_override: str = ""
+    """``trainer.logger=[..., file]`` when the recipe's loggers lack ``file`` (the merge reads its log), else empty."""
+    path_overrides: tuple[str, ...] = ()
+    """The recipe's relative paths made absolute and the reward's batch shape, as ``key=value`` overrides (the
+    format prompt, the reward function, ``batch_groups``, ``keep_band``; only those that apply)."""
+
+
+def plan_run(recipe_path: Path, max_steps: str, train_files: str, repo: Path, args: list[str]) -> Plan:
+    """Read the recipe (with the trainer's ``key=value`` overrides ``args``): max_steps (``max_steps``: the
+    user's setting, empty for the recipe's or the data's), the chaining checks, the logger list, and the
+    recipe's relative paths made absolute against ``repo``. A recipe that would break chaining is a RunError."""
+    overrides = parse_overrides(args)
+    recipe = load_recipe(Path(recipe_path))
+    errors = check_recipe(recipe, overrides)
+    if errors:
+        raise RunError(f"recipe {recipe_path}: " + "; ".join(errors))
+    train = train_files or str(recipe_value(recipe, overrides, "data.train_files", "") or "")
+    max_steps_n, how = plan_max_steps(recipe, overrides, max_steps, train)
+    logger = recipe_value(recipe, overrides, "trainer.logger", ["console"])
+    if isinstance(logger, str):
+        logger = [x.strip() for x in logger.strip("[]").split(",") if x.strip()]
+    lora_rank = int(recipe_value(recipe, overrides, "worker.actor.model.lora.rank", 0) or 0)
+    paths = absolute_path_overrides(recipe, overrides, Path(repo).resolve())
+    save_limit = recipe_value(recipe, overrides, "trainer.save_limit", None)
+    return Plan(
+        max_steps=max_steps_n,
+        max_steps_from=how,
+        policy_model=str(recipe_value(recipe, overrides, "worker.actor.model.model_path", "") or ""),
+        require_lora=lora_rank > 0,
+        recipe_sha256=sha256_file(Path(recipe_path)),
+        save_freq=int(recipe_value(recipe, overrides, "trainer.save_freq", -1)),
+        save_limit=None if save_limit is None else int(save_limit),
+        logger_override="" if "file" in logger else "trainer.logger=[" + ",".join([*logger, "file"]) + "]",
+        path_overrides=tuple(
+            v
+            for k in ("data.format_prompt", "worker.reward.reward_function", "batch_groups", "keep_band")
+            if (v := paths.get(k, ""))
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Start:
+    """What :func:`prepare` decided at a trainer start."""
+
+    action: str
+    """``run`` (train, in :attr:`segment`), ``done`` (the run is complete) or ``stop`` (an error, or no progress)."""
+    message: str
+    """The decision in one line, for the job log."""
+    exit_code: int
+    """The job's exit status when it does not train."""
+    resume_step: int
+    """The last complete checkpoint's step (0: none): where the trainer resumes."""
+    checkpoint_notes: tuple[str, ...] = ()
+    """What the checkpoint repair did (a torn tracker rewritten, folders moved to ``incomplete/``)."""
+    segment: str = ""
+    """The new segment's name ``<jobid>-<n>``; empty unless :attr:`action` is ``run``."""
+    segment_dir: Path | None = None
+    """``RUN_DIR/segments/<segment>``; None unless :attr:`action` is ``run``."""
+
+
+@dataclass(frozen=True)
+class End:
+    """What :func:`finish` decided at a trainer's end."""
+
+    action: str
+    """``continue`` (requeue this job), ``restart`` (after an outage, in this job), ``done``, ``stop`` or ``none``
+    (:class:`~launch.segments.Decision`)."""
+    message: str
+    """The decision in one line, for the job log."""
+    exit_code: int
+    """The job's exit status."""
+    end_step: int
+    """The last complete checkpoint's step at the end of the segment."""
+    logged_steps: int
+    """How many steps the merged ``run_log.jsonl`` holds."""
+    missing_steps: tuple[int, ...] = ()
+    """Checkpointed steps with no metrics (killed between the checkpoint and its log line; listed, capped)."""
 
 
 def _close_stale(run_dir: Path, segments: list[Segment], resume_step: int) -> None:
@@ -127,57 +223,13 @@ def _close_stale(run_dir: Path, segments: list[Segment], resume_step: int) -> No
             save_segment(run_dir, s)
 
 
-def plan_run(recipe_path: Path, max_steps: str, train_files: str, repo: Path, args: list[str]) -> dict[str, Any]:
-    """Read the recipe: max_steps, the checks, the trainer's logger list (with ``file``), the recipe's relative
-    paths made absolute; keys as :func:`cmd_plan` prints them, lower case."""
-    overrides = parse_overrides(args)
-    recipe = load_recipe(Path(recipe_path))
-    errors = check_recipe(recipe, overrides)
-    if errors:
-        raise RunError(f"recipe {recipe_path}: " + "; ".join(errors))
-    train = train_files or str(recipe_value(recipe, overrides, "data.train_files", "") or "")
-    max_steps_n, how = plan_max_steps(recipe, overrides, max_steps, train)
-    logger = recipe_value(recipe, overrides, "trainer.logger", ["console"])
-    if isinstance(logger, str):
-        logger = [x.strip() for x in logger.strip("[]").split(",") if x.strip()]
-    logger_override = "" if "file" in logger else "trainer.logger=[" + ",".join([*logger, "file"]) + "]"
-    lora_rank = int(recipe_value(recipe, overrides, "worker.actor.model.lora.rank", 0) or 0)
-    paths = absolute_path_overrides(recipe, overrides, Path(repo).resolve())
-    return {
-        "format_prompt_override": paths.get("data.format_prompt", ""),
-        "reward_fn_override": paths.get("worker.reward.reward_function", ""),
-        "batch_groups_override": paths.get("batch_groups", ""),
-        "keep_band_override": paths.get("keep_band", ""),
-        "max_steps": max_steps_n,
-        "max_steps_from": how,
-        "logger_override": logger_override,
-        "policy_model": recipe_value(recipe, overrides, "worker.actor.model.model_path", ""),
-        "require_lora": 1 if lora_rank > 0 else 0,
-        "recipe_sha256": sha256_file(Path(recipe_path)),
-        "save_freq": recipe_value(recipe, overrides, "trainer.save_freq", None),
-        "save_limit": recipe_value(recipe, overrides, "trainer.save_limit", None),
-    }
-
-
-def _print_vars(values: dict[str, Any], keys: list[str]) -> None:
-    print(shell_vars(**{f"QC_{k.upper()}": values[k] for k in keys}), end="")
-
-
-def cmd_plan(a: argparse.Namespace) -> int:
-    """Read the recipe: max_steps, the checks, and the trainer's logger list (with ``file``)."""
-    out = plan_run(Path(a.recipe), a.max_steps, a.train_files, Path(a.repo), a.overrides)
-    _print_vars(out, ["format_prompt_override", "reward_fn_override", "batch_groups_override", "keep_band_override",
-                      "max_steps", "max_steps_from", "logger_override", "policy_model", "require_lora",
-                      "recipe_sha256"])  # fmt: skip
-    return 0
-
-
-def prepare(run_dir: Path, job_id: str, max_steps: int, max_stalled: int, require_lora: bool, repo: Path,
+def prepare(run_dir: Path, job_id: str, *, max_steps: int, max_stalled: int, require_lora: bool, repo: Path,
             recipe: Path, easyr1_commit: str = "", vllm_trainer: str = "", vllm_server: str = "",
             models: dict[str, str] | None = None, allow_recipe_change: bool = False,
-            job_extra: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+            job_extra: dict[str, Any] | None = None) -> Start:  # fmt: skip
     """At a trainer start: repair the checkpoints, pick the resume step, close stale segments, decide, open a
-    segment when the decision is ``run``, record the job in ``manifest.json``. Keys as :func:`cmd_prepare` prints."""
+    segment when the decision is ``run``, record the job in ``manifest.json`` (with the commits, vLLM versions
+    and ``models`` by role; ``job_extra`` goes into the job's entry)."""
     run_dir = Path(run_dir).resolve()
     with run_lock(run_dir):
         segments = load_segments(run_dir)
@@ -204,24 +256,16 @@ def prepare(run_dir: Path, job_id: str, max_steps: int, max_stalled: int, requir
             "git_commit": base["git"]["commit"],
             "resume_step": rp.step,
         }
-        seg_name = seg_dir = ""
+        seg_name, seg_dir = "", None
         if d.action == "run":
             seg = new_segment(run_dir, job_id, rp.step)
-            seg_name, seg_dir = seg.name, str(segments_dir(run_dir) / seg.name)
+            seg_name, seg_dir = seg.name, segments_dir(run_dir) / seg.name
             job["segment"] = seg.name
         else:
             job.update(status=d.action, message=d.message, ended_at=now_iso())
         update_manifest(run_dir, base, job, allow_recipe_change=allow_recipe_change)
-    return {"action": d.action, "message": d.message, "exit": d.exit_code, "resume_step": rp.step,
-            "checkpoint_notes": "; ".join(rp.notes), "segment": seg_name, "segment_dir": seg_dir}  # fmt: skip
-
-
-def cmd_prepare(a: argparse.Namespace) -> int:
-    out = prepare(Path(a.run_dir), a.job_id, a.max_steps, a.max_stalled, bool(a.require_lora), Path(a.repo),
-                  Path(a.recipe), a.easyr1_commit, a.vllm_trainer, a.vllm_server,
-                  dict(m.split("=", 1) for m in a.model), bool(a.allow_recipe_change))  # fmt: skip
-    _print_vars(out, ["action", "message", "exit", "resume_step", "checkpoint_notes", "segment", "segment_dir"])
-    return 0
+    return Start(action=d.action, message=d.message, exit_code=d.exit_code, resume_step=rp.step,
+                 checkpoint_notes=tuple(rp.notes), segment=seg_name, segment_dir=seg_dir)  # fmt: skip
 
 
 SEGMENT_END_STATUSES = (
@@ -236,9 +280,10 @@ SEGMENT_END_STATUSES = (
 )
 
 
-def finish(run_dir: Path, segment: str, status: str, trainer_exit: int | None, message: str, max_steps: int,
-           max_stalled: int, require_lora: bool = True) -> dict[str, Any]:  # fmt: skip
-    """At a trainer's end: close the segment, merge the run log, decide what the chain does next."""
+def finish(run_dir: Path, segment: str, *, status: str, trainer_exit: int | None, message: str, max_steps: int,
+           max_stalled: int, require_lora: bool = True) -> End:  # fmt: skip
+    """At a trainer's end: close the segment with ``status`` (:data:`SEGMENT_END_STATUSES`), the trainer's exit
+    status and ``message``, merge the run log, decide what the chain does next."""
     if status not in SEGMENT_END_STATUSES:
         raise RunError(f"unknown segment status {status!r} (known: {', '.join(SEGMENT_END_STATUSES)})")
     run_dir = Path(run_dir).resolve()
@@ -264,36 +309,9 @@ def finish(run_dir: Path, segment: str, status: str, trainer_exit: int | None, m
             "next": d.action,
         }
         update_manifest(run_dir, {}, job)
-    missing = [s for s in summary.missing if s <= rp.step]
-    return {"action": d.action, "message": d.message, "exit": d.exit_code, "end_step": rp.step,
-            "logged_steps": len(summary.steps), "missing_steps": ",".join(map(str, missing))}  # fmt: skip
-
-
-def cmd_finish(a: argparse.Namespace) -> int:
-    out = finish(Path(a.run_dir), a.segment, a.status, a.trainer_exit, a.message, a.max_steps, a.max_stalled,
-                 bool(a.require_lora))  # fmt: skip
-    _print_vars(out, ["action", "message", "exit", "end_step", "logged_steps", "missing_steps"])
-    return 0
-
-
-def cmd_merge(a: argparse.Namespace) -> int:
-    run_dir = Path(a.run_dir).resolve()
-    if not run_dir.is_dir():  # a misspelt run folder is said, never created and merged as an empty run
-        raise RunError(f"run folder {a.run_dir}: not a folder")
-    if not any((run_dir / "segments").glob("*/segment.json")):  # nothing to merge: a good run_log.jsonl is kept
-        raise RunError(f"run folder {a.run_dir}: no segments/*/segment.json to merge (is this a run folder?); "
-                       "run_log.jsonl is left as it is")  # fmt: skip
-    with run_lock(run_dir):
-        s = merge_run_log(run_dir, a.max_steps)
-    print(
-        f"run_log.jsonl: {len(s.steps)} steps"
-        + (f" ({s.steps[0]}..{s.steps[-1]})" if s.steps else "")
-        + (f"; missing {s.missing_total} step(s)" if s.missing_total > len(s.missing) else "")
-        + (f"; missing {s.missing}" if s.missing and s.missing_total == len(s.missing) else "")
-        + (f" (first {len(s.missing)}: {s.missing[0]}..{s.missing[-1]})" if s.missing_total > len(s.missing) else "")
-        + (f"; superseded {s.superseded}" if s.superseded else "")
-    )
-    return 0
+    missing = tuple(s for s in summary.missing if s <= rp.step)
+    return End(action=d.action, message=d.message, exit_code=d.exit_code, end_step=rp.step,
+               logged_steps=len(summary.steps), missing_steps=missing)  # fmt: skip
 
 
 def record_restart(run_dir: Path, segment: str, what: str, reason: str = "") -> dict[str, int]:
@@ -324,12 +342,6 @@ def record_restart(run_dir: Path, segment: str, what: str, reason: str = "") -> 
     return dict(totals)
 
 
-def cmd_restart(a: argparse.Namespace) -> int:
-    totals = record_restart(Path(a.run_dir).resolve(), a.segment, a.what, a.reason)
-    print(shell_vars(QC_RUN_RESTARTS=",".join(f"{k}={v}" for k, v in sorted(totals.items()))), end="")
-    return 0
-
-
 def read_outage(segment_dir: Path) -> str | None:
     """The reward's outage report of a segment (one line), or None when its reward did not stop on an outage."""
     try:
@@ -357,25 +369,6 @@ def read_no_group_kept(segment_dir: Path, resume_step: int = 0) -> str | None:
             "and the policy's outputs (segments' samples/) before resuming from the last checkpoint")  # fmt: skip
 
 
-def cmd_outage(a: argparse.Namespace) -> int:
-    """``QC_OUTAGE=1`` and ``QC_OUTAGE_MESSAGE`` when the segment's reward stopped on a server outage, else 0."""
-    message = read_outage(Path(a.segment_dir))
-    print(shell_vars(QC_OUTAGE=int(message is not None), QC_OUTAGE_MESSAGE=message or ""), end="")
-    return 0
-
-
-def cmd_plot(a: argparse.Namespace) -> int:
-    from core.io import refuse_page_output
-    from launch.plot import write_curves
-
-    run_dir = Path(a.run_dir)
-    out = Path(a.out) if a.out else run_dir / "curves.html"
-    refuse_page_output(out, run_dir)
-    out = write_curves(run_dir / "run_log.jsonl", out)
-    print(f"training curves: {out}")
-    return 0
-
-
 def last_step(run_dir: Path) -> int:
     """The tracker's step (what EasyR1 last committed), 0 when none: cheap, for polling during a stop."""
     try:
@@ -394,13 +387,36 @@ def logged_step(segment_dir: Path) -> int:
     return max((r["step"] for r in rows if isinstance(r.get("step"), int)), default=0)
 
 
-def cmd_last_step(a: argparse.Namespace) -> int:
-    print(last_step(Path(a.run_dir)))
+# --------------------------------------------------------------------------------------------- command line
+def cmd_merge(a: argparse.Namespace) -> int:
+    run_dir = Path(a.run_dir).resolve()
+    if not run_dir.is_dir():  # a misspelt run folder is said, never created and merged as an empty run
+        raise RunError(f"run folder {a.run_dir}: not a folder")
+    if not any((run_dir / "segments").glob("*/segment.json")):  # nothing to merge: a good run_log.jsonl is kept
+        raise RunError(f"run folder {a.run_dir}: no segments/*/segment.json to merge (is this a run folder?); "
+                       "run_log.jsonl is left as it is")  # fmt: skip
+    with run_lock(run_dir):
+        s = merge_run_log(run_dir, a.max_steps)
+    print(
+        f"run_log.jsonl: {len(s.steps)} steps"
+        + (f" ({s.steps[0]}..{s.steps[-1]})" if s.steps else "")
+        + (f"; missing {s.missing_total} step(s)" if s.missing_total > len(s.missing) else "")
+        + (f"; missing {s.missing}" if s.missing and s.missing_total == len(s.missing) else "")
+        + (f" (first {len(s.missing)}: {s.missing[0]}..{s.missing[-1]})" if s.missing_total > len(s.missing) else "")
+        + (f"; superseded {s.superseded}" if s.superseded else "")
+    )
     return 0
 
 
-def cmd_logged_step(a: argparse.Namespace) -> int:
-    print(logged_step(Path(a.segment_dir)))
+def cmd_plot(a: argparse.Namespace) -> int:
+    from core.io import refuse_page_output
+    from launch.plot import write_curves
+
+    run_dir = Path(a.run_dir)
+    out = Path(a.out) if a.out else run_dir / "curves.html"
+    refuse_page_output(out, run_dir)
+    out = write_curves(run_dir / "run_log.jsonl", out)
+    print(f"training curves: {out}")
     return 0
 
 
@@ -408,49 +424,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m launch.runlog", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("plan", help="read the recipe: max_steps, checks, logger override (shell variables)")
-    p.add_argument("--recipe", required=True)
-    p.add_argument("--max-steps", default="", help="QUOTECITE_MAX_STEPS (empty: from the recipe or the data)")
-    p.add_argument("--train-files", default="")
-    p.add_argument("--repo", default=".", help="repository root: the recipe's relative paths start here")
-    p.add_argument("overrides", nargs="*", help="the trainer's key=value overrides")
-    p.set_defaults(fn=cmd_plan)
-
-    for name, fn in (("prepare", cmd_prepare), ("finish", cmd_finish)):
-        p = sub.add_parser(name)
-        p.add_argument("--run-dir", required=True)
-        p.add_argument("--max-steps", type=int, required=True)
-        p.add_argument("--max-stalled", type=int, default=3)
-        p.add_argument("--require-lora", type=int, default=1)
-        p.set_defaults(fn=fn)
-        if name == "prepare":
-            p.add_argument("--job-id", required=True)
-            p.add_argument("--repo", default=".")
-            p.add_argument("--recipe", required=True)
-            p.add_argument("--easyr1-commit", default="")
-            p.add_argument("--vllm-trainer", default="")
-            p.add_argument("--vllm-server", default="")
-            p.add_argument("--model", action="append", default=[], help="role=name (policy, judge, embedder)")
-            p.add_argument("--allow-recipe-change", type=int, default=0)
-        else:
-            p.add_argument("--segment", required=True)
-            p.add_argument(
-                "--status",
-                required=True,
-                choices=SEGMENT_END_STATUSES,
-            )
-            p.add_argument("--trainer-exit", type=lambda v: int(v) if v else None, default=None)
-            p.add_argument("--message", default="")
-
-    p = sub.add_parser("restart", help="count a restart (judge, embed, trainer) in the segment and the manifest")
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--segment", required=True)
-    p.add_argument("--what", required=True, choices=RESTART_KINDS)
-    p.add_argument("--reason", default="")
-    p.set_defaults(fn=cmd_restart)
-    p = sub.add_parser("outage", help="the reward's outage report of a segment, as shell variables")
-    p.add_argument("--segment-dir", required=True)
-    p.set_defaults(fn=cmd_outage)
     p = sub.add_parser("plot", help="training curves of RUN_DIR/run_log.jsonl as one HTML page")
     p.add_argument("run_dir")
     p.add_argument("--out", default=None, help="output HTML (default RUN_DIR/curves.html)")
@@ -459,12 +432,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", required=True)
     p.add_argument("--max-steps", type=bounded_int(1, 10**9), default=None)
     p.set_defaults(fn=cmd_merge)
-    p = sub.add_parser("last-step", help="the checkpoint tracker's step (0: none)")
-    p.add_argument("--run-dir", required=True)
-    p.set_defaults(fn=cmd_last_step)
-    p = sub.add_parser("logged-step", help="the highest step logged by a segment")
-    p.add_argument("--segment-dir", required=True)
-    p.set_defaults(fn=cmd_logged_step)
 
     a = ap.parse_args(argv)
     try:

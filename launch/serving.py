@@ -41,16 +41,16 @@ def server_argv(role: str, s: settings.Settings, host: str, port: str | int, cmd
     ``QUOTECITE_{JUDGE,EMBED}_WEIGHTS`` (a local folder) when set, else the model id; the served name is the model id.
     """
     if role == "embed":
-        return [*cmd, str(s.embed_weights or s.embed_model), "--host", host, "--port", str(port),
-                "--served-model-name", s.embed_model, "--runner", "pooling",
-                "--gpu-memory-utilization", str(s.embed_gpu_util), "--max-model-len", str(s.embed_max_model_len),
-                *(s.embed_args or [])]  # fmt: skip
+        return [*cmd, str(s.models.embed_weights or s.models.embed_model), "--host", host, "--port", str(port),
+                "--served-model-name", s.models.embed_model, "--runner", "pooling",
+                "--gpu-memory-utilization", str(s.servers.embed_gpu_util), "--max-model-len", str(s.servers.embed_max_model_len),
+                *(s.servers.embed_args or [])]  # fmt: skip
     if role != "judge":
         raise ValueError(f"server role {role!r}: expected one of {', '.join(ROLES)}")
-    return [*cmd, str(s.judge_weights or s.judge_model), "--host", host, "--port", str(port),
-            "--served-model-name", s.judge_model, "--gpu-memory-utilization", str(s.judge_gpu_util),
-            "--max-model-len", str(s.judge_max_model_len), "--limit-mm-per-prompt", '{"image": 8}',
-            *(s.judge_args or [])]  # fmt: skip
+    return [*cmd, str(s.models.judge_weights or s.models.judge_model), "--host", host, "--port", str(port),
+            "--served-model-name", s.models.judge_model, "--gpu-memory-utilization", str(s.servers.judge_gpu_util),
+            "--max-model-len", str(s.servers.judge_max_model_len), "--limit-mm-per-prompt", '{"image": 8}',
+            *(s.servers.judge_args or [])]  # fmt: skip
 
 
 class NotHealthy(RuntimeError):

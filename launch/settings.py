@@ -1,20 +1,25 @@
-"""Every ``QUOTECITE_*`` setting of the launch, once: name, default, unit, one line of help, a typed validator.
+"""The launch's settings: one typed object, nested dataclasses by group, one default and one docstring per field.
 
-The training launch, the evaluation and data-prep arrays, the reward (through the variables the launch sets for the
-trainer) and the test stand-ins read about a hundred ``QUOTECITE_*`` environment variables. They are all listed in
-:data:`SETTINGS`; :func:`resolve` reads them from an environment mapping, checks every one that is set with its
-validator (the option checks of :mod:`data_prep.validate` and a few small ones here), fills in the defaults and
-reports *all* problems at once in one :class:`SettingsError`, an unknown ``QUOTECITE_*`` name included (with the
-closest known one as a suggestion).
+The training launch, the evaluation and data-prep arrays, ``launch.setup``, the reward (through the variables the
+launch sets for the trainer) and the test stand-ins read the same :class:`Settings`: ``s.servers.health_timeout`` is
+the setting ``QUOTECITE_HEALTH_TIMEOUT`` (each field's environment name is ``QUOTECITE_`` and its name). Each group
+(:class:`Run`, :class:`Servers`, ...) is a frozen dataclass whose fields are made by :func:`opt`: the default as the
+user would type it, a typed validator (the option checks of :mod:`data_prep.validate` and a few small ones here),
+the unit and who reads it; the docstring under a field is its help line. :data:`SETTINGS` is the same as a table.
+
+:func:`resolve` layers, lowest first: the defaults, a YAML settings file (``--config FILE`` or ``QUOTECITE_CONFIG``,
+``servers: {judge_port: 8010}``), the environment (``QUOTECITE_*``), the command line (``--set servers.judge_port=8010``).
+It checks every value with its validator and reports *all* problems at once in one :class:`SettingsError`, an unknown
+name included (with the closest known one as a suggestion).
 
 A default is written as the user would type it. ``{repo}`` stands for the repository root, ``{QUOTECITE_OTHER}`` for
 another setting's resolved text (``QUOTECITE_CACHE_DIR`` defaults to ``{QUOTECITE_DATA_DIR}/cache``); a default that
-names an unset setting is itself unset. As in the shell scripts (``${VAR:-default}``), a variable set to the empty
-string counts as unset, except for a setting marked ``empty=True`` (``QUOTECITE_FLASH_ATTN=""`` skips flash-attn).
+names an unset setting is itself unset. As in a shell's ``${VAR:-default}``, a value set to the empty string counts
+as unset, except for a setting made with ``empty=True`` (``QUOTECITE_FLASH_ATTN=""`` skips flash-attn).
 
 Commands: ``python -m launch.settings`` (or ``table``) prints the grouped table, ``markdown`` the same as a markdown
-table (the documentation's settings reference, docs/settings.md), ``show`` the resolved values of this environment (exit 2 with one
-``error:`` block when a setting is wrong).
+table (the documentation's settings reference, docs/settings.md), ``show`` the resolved values (exit 2 with one
+``error:`` block when a setting is wrong); ``--config`` and ``--set`` add those layers.
 """
 
 from __future__ import annotations
@@ -23,19 +28,25 @@ if __name__ == "__main__" and not __package__:  # run by its path: its imports n
     raise SystemExit("error: run this from the repository as: python -m launch.settings")
 
 import argparse
+import ast
+import copy
+import dataclasses
 import difflib
+import inspect
 import ipaddress
 import os
 import re
 import shlex
 import sys
+import textwrap
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
+from core.io import read_yaml
 from data_prep.validate import bounded_float, bounded_int, nonneg_int, one_of, positive_float, positive_int
 
 PREFIX = "QUOTECITE_"
@@ -63,6 +74,9 @@ GROUPS: dict[str, str] = {
 READERS = ("launch", "reward", "eval", "prep", "test")
 """Who reads a setting: the launch program, the trainer's reward (the launch sets these for it), the evaluation
 array, the data-prep array, the tests and stand-ins."""
+
+SOURCES = ("default", "file", "environment", "command line")
+"""Where a value can come from, lowest layer first."""
 
 MAX_TEXT = 4096
 """A setting's value longer than this is refused (a path, a flag list, a URL list never is)."""
@@ -292,17 +306,359 @@ seconds = positive_float
 """A duration in seconds, finite and > 0."""
 
 
-# ------------------------------------------------------------------------------------------------- the table
+# ------------------------------------------------------------------------------------------------- the settings
+_TEMPLATE = re.compile(r"\{(repo|QUOTECITE_[A-Z0-9_]+)\}")
+
+
+def opt(default: str | None, parse: Callable[[str], Any], unit: str, readers: str, empty: bool = False) -> Any:
+    """One setting's field: its default as the user would type it (``{repo}`` and ``{QUOTECITE_X}`` are filled in by
+    :func:`resolve`), parsed by its validator into the field's typed default; its unit; who reads it (comma-separated,
+    from :data:`READERS`); ``empty``: the empty string is a value, not "unset"."""
+    typed = None if default is None or _TEMPLATE.search(default) else parse(default)
+    meta = {"default": default, "parse": parse, "unit": unit, "readers": readers, "empty": empty}
+    if isinstance(typed, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(typed), metadata=meta)
+    return field(default=typed, metadata=meta)
+
+
+# fmt: off
+@dataclass(frozen=True)
+class Run:
+    """The training run."""
+
+    repo: Path | None = opt("{repo}", path, "path", "launch,eval,prep")
+    """The repository (default: found from SLURM_SUBMIT_DIR or the script's place); on a shared file system."""
+    config: Path | None = opt(None, path, "path", "launch,eval,prep")
+    """YAML file of settings by group (servers: {judge_port: 8010}), under the environment and --set."""
+    run_dir: Path | None = opt("{repo}/runs/qwen3vl_8b_grpo", path, "path", "launch,eval")
+    """Run folder: run log, segments, checkpoints, logs."""
+    recipe: Path | None = opt("{repo}/recipes/qwen3vl_8b_grpo.yaml", path, "path", "launch,eval")
+    """EasyR1 config of the run."""
+    data_dir: Path | None = opt(None, path, "path", "launch,reward")
+    """Data folder the recipe reads (train.parquet, val.parquet, images/)."""
+    cache_dir: Path | None = opt("{QUOTECITE_DATA_DIR}/cache", path, "path", "launch,reward")
+    """Block cache the reward reads (the recipe's reward cache_dir)."""
+    ckpt_dir: Path | None = opt("{QUOTECITE_RUN_DIR}/checkpoints", path, "path", "launch,reward")
+    """Checkpoints and experiment_log.jsonl (the recipe's save_checkpoint_path; set by the launch)."""
+    train_files: str | None = opt("{QUOTECITE_DATA_DIR}/train.parquet", text, "path", "launch")
+    """Training data, counted for max_steps (set in the environment: overrides the recipe's data.train_files)."""
+    val_files: str | None = opt(None, text, "path", "launch")
+    """Validation data (set: overrides the recipe's data.val_files)."""
+    max_steps: int | None = opt(None, positive_int, "count", "launch")
+    """Steps of the run (default: the recipe's trainer.max_steps, else EasyR1's formula on the data)."""
+    trainer_cmd: list[str] | None = opt(None, command, "flags", "launch")
+    """The trainer program (default: the trainer venv's python -m reward.train, EasyR1's verl.trainer.main)."""
+    trainer_stop: str = opt("checkpoint", one_of("checkpoint", "signal"), "", "launch")
+    """After SIGUSR1: stop the trainer after its next checkpoint, or forward the signal."""
+    stop_grace: float = opt("3000", seconds, "s", "launch")
+    """From SIGUSR1 until the trainer is stopped regardless (keep it under the --signal lead time)."""
+    poll_seconds: float = opt("5", seconds, "s", "launch")
+    """How often the job looks at the trainer and the servers."""
+    log_wait: float = opt("120", seconds, "s", "launch")
+    """How long a stopped trainer's step may take to reach the metrics log."""
+    max_restarts: int = opt("3", nonneg_int, "count", "launch")
+    """Trainer restarts per job after a judge/embedder outage."""
+    preflight: bool = opt("1", flag, "0/1", "launch")
+    """Run the reward's check against the live servers before training."""
+    check_python: str | None = opt(None, program, "path", "launch")
+    """Python of the reward check (default: the trainer's, where the reward runs)."""
+    allow_recipe_change: bool = opt("0", flag, "0/1", "launch")
+    """Let a resumed run continue with a changed recipe."""
+    python: str | None = opt(None, program, "path", "launch,eval,prep")
+    """Python of the launch's own tools (default: REPO/.venv/bin/python, else python3)."""
+    metrics_dir: Path | None = opt(None, path, "path", "reward")
+    """Segment folder the reward writes its counters and samples to (set by the launch)."""
+    segment: str | None = opt(None, text, "", "reward")
+    """The trainer's segment name (set by the launch)."""
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The chain of Slurm jobs."""
+
+    chain: bool = opt("1", flag, "0/1", "launch")
+    """Requeue this job (scontrol requeue, same options) when it ends before max_steps."""
+    max_stalled_jobs: int = opt("3", nonneg_int, "count", "launch")
+    """Jobs in a row without a new checkpoint before the chain stops (0: never)."""
+
+
+@dataclass(frozen=True)
+class Servers:
+    """The judge and embedder servers."""
+
+    judge_url: list[str] | None = opt(None, urls, "URLs", "reward,eval,test")
+    """Judge base URL(s), comma-separated replicas (set by the launch)."""
+    embed_url: str | None = opt(None, url, "URL", "reward,eval,test")
+    """Embedder base URL (set by the launch)."""
+    judge_port: int = opt("8000", port, "port", "launch,eval")
+    """Judge port (replica i: +i-1; 0: any free port)."""
+    embed_port: int = opt("8001", port, "port", "launch,eval")
+    """Embedder port (0: any free port)."""
+    judge_gpu_util: float = opt("0.55", fraction, "fraction", "launch,eval")
+    """Share of its GPU's memory the judge's vLLM takes."""
+    embed_gpu_util: float = opt("0.25", fraction, "fraction", "launch,eval")
+    """Share of its GPU's memory the embedder's vLLM takes."""
+    judge_max_model_len: int = opt("32768", positive_int, "tokens", "launch,eval")
+    """The judge's context length."""
+    embed_max_model_len: int = opt("8192", positive_int, "tokens", "launch,eval")
+    """The embedder's context length."""
+    judge_args: list[str] | None = opt(None, server_flags, "flags", "launch,eval")
+    """Extra vllm serve flags of the judge."""
+    embed_args: list[str] | None = opt(None, server_flags, "flags", "launch,eval")
+    """Extra vllm serve flags of the embedder."""
+    judge_cmd: list[str] | None = opt(None, command, "flags", "launch,eval")
+    """The judge's server program (default: the server venv's vllm serve)."""
+    embed_cmd: list[str] | None = opt(None, command, "flags", "launch,eval")
+    """The embedder's server program (default: the server venv's vllm serve)."""
+    health_timeout: float = opt("1800", seconds, "s", "launch,eval")
+    """How long each server may take to answer /health."""
+    health_poll: float = opt("2", seconds, "s", "launch,eval")
+    """Pause between two /health polls."""
+    max_server_restarts: int = opt("5", nonneg_int, "count", "launch")
+    """Restarts per job of a server process that dies while the trainer runs."""
+
+
+@dataclass(frozen=True)
+class Models:
+    """The models."""
+
+    judge_model: str = opt("Qwen/Qwen3.5-9B", model_id, "model id", "launch,reward,eval")
+    """The judge vLLM serves and the reward names."""
+    embed_model: str = opt("Qwen/Qwen3-VL-Embedding-2B", model_id, "model id", "launch,eval")
+    """The quote embedder vLLM serves."""
+    judge_weights: Path | None = opt(None, path, "path", "launch,eval")
+    """Local folder of the judge's weights (default: the model id, from HF_HOME)."""
+    embed_weights: Path | None = opt(None, path, "path", "launch,eval")
+    """Local folder of the embedder's weights (default: the model id, from HF_HOME)."""
+    policy_model: str | None = opt(None, text, "model id", "eval")
+    """Base model of the evaluated policy (default: the recipe's worker.actor.model.model_path)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The split of the allocation."""
+
+    serve_gpus: int = opt("1", positive_int, "count", "launch")
+    """GPUs for the servers (the last of the allocation)."""
+    judge_replicas: int = opt("1", positive_int, "count", "launch")
+    """Judge servers, one per serving GPU."""
+    train_gpus_per_node: int | None = opt(None, positive_int, "count", "launch")
+    """Trainer GPUs per node (default: 2 on one node, else what the first node has left)."""
+    node_gpus: list[int] | None = opt(None, node_counts, "count", "launch")
+    """GPUs per node in Slurm's form, 8(x2),4 (default: SLURM_GPUS_ON_NODE)."""
+    node_addresses: dict[str, str] | None = opt(None, node_addresses, "node=IP,...", "launch")
+    """Several nodes: the IP each node is reached by (default: its name; for names /etc/hosts maps to loopback)."""
+
+
+@dataclass(frozen=True)
+class Ray:
+    """The Ray cluster of a multi-node trainer."""
+
+    ray_cmd: list[str] | None = opt(None, command, "flags", "launch")
+    """The ray program (default: next to the trainer's python)."""
+    ray_port: int = opt("6379", port, "port", "launch")
+    """The Ray head's GCS port (taken: a free one; 0: any)."""
+    ray_timeout: float = opt("300", seconds, "s", "launch")
+    """How long every trainer node may take to join Ray."""
+    ray_tmpdir: Path | None = opt(None, path, "path", "launch")
+    """Ray's --temp-dir."""
+
+
+@dataclass(frozen=True)
+class Software:
+    """The GPU environments (launch/setup.py) and tools."""
+
+    env_setup: bool = opt("1", flag, "0/1", "launch,eval")
+    """Install/use the GPU environments of launch/setup.py (0: the programs on PATH)."""
+    env_root: Path | None = opt("{repo}/.venv-gpu", path, "path", "launch,eval")
+    """Folder of the GPU environments."""
+    env_python: str | None = opt(None, program, "path", "launch,eval")
+    """Python that builds them (default: python3.11, python3.12, python3)."""
+    easyr1_repo: str = opt("https://github.com/hiyouga/EasyR1.git", text, "URL", "launch,eval")
+    """Git repository of EasyR1."""
+    easyr1_commit: str = opt("b44b311", git_rev, "git rev", "launch,eval")
+    """EasyR1 commit the trainer runs."""
+    vllm_server: str = opt("0.32.0", version, "version", "launch,eval")
+    """VLLM version of the server venv."""
+    flash_attn: str = opt("flash-attn==2.8.3", any_text, "pip spec", "launch,eval", empty=True)
+    """Flash-attn for the trainer venv (empty: skip)."""
+    env_lock_wait: float = opt("7200", seconds, "s", "launch,eval")
+    """How long a job waits for another job's install."""
+    env_in_ci: bool = opt("0", flag, "0/1", "launch,eval")
+    """Allow `python -m launch.setup setup` to install where CI=true."""
+    hf_home: Path | None = opt(None, path, "path", "launch,eval")
+    """HF_HOME of the jobs' model weights (default: $HF_HOME, else REPO/.hf); the jobs run offline."""
+    models_check: bool = opt("1", flag, "0/1", "launch,eval")
+    """Check that the model weights are in HF_HOME."""
+    mineru_bin: str | None = opt(None, program, "path", "prep")
+    """Mineru-kit of the MinerU parser (default: REPO/.venv-mineru/bin/mineru-kit)."""
+
+
+@dataclass(frozen=True)
+class Eval:
+    """The evaluation (launch/eval_8b.sh)."""
+
+    eval_step: int | None = opt(None, nonneg_int, "count", "eval")
+    """Checkpoint step to evaluate (default: the run's last complete checkpoint)."""
+    eval_gold: Path | None = opt(None, path, "path", "eval")
+    """Gold JSONL (required)."""
+    eval_cache_dir: Path | None = opt(None, path, "path", "eval")
+    """Block cache (required)."""
+    eval_pdf_dir: Path | None = opt(None, path, "path", "eval")
+    """Folder of <doc_key>.pdf (default: the PDFs the cache names)."""
+    eval_out: Path | None = opt(None, path, "path", "eval")
+    """Output folder (default: RUN_DIR/eval/step_N)."""
+    citevqa_dir: Path | None = opt(None, path, "path", "eval,test")
+    """A CiteVQA checkout: its prompts/ are the two-call judge's (or --judge-protocol rubric)."""
+    infer_cmd: list[str] | None = opt(None, command, "flags", "eval")
+    """The inference program (default: the server venv's python -m eval infer)."""
+    eval_infer_args: list[str] | None = opt(None, flags, "flags", "eval")
+    """Extra eval infer flags."""
+    eval_resolve_args: list[str] | None = opt(None, flags, "flags", "eval")
+    """Extra eval resolve flags."""
+    eval_score_args: list[str] | None = opt(None, flags, "flags", "eval")
+    """Extra eval score flags."""
+    eval_shards: int = opt("0", nonneg_int, "count", "eval")
+    """Array mode: inference shards (0: one job)."""
+    eval_tasks: str | None = opt(None, array_ids, "ids", "eval")
+    """Array mode: task ids to submit (default 1-N)."""
+    eval_sbatch_args: list[str] | None = opt(None, flags, "flags", "eval")
+    """Array mode: extra sbatch options for both jobs."""
+    eval_phase: str | None = opt(None, one_of("infer", "score"), "", "eval")
+    """Set by array mode for its jobs."""
+
+
+@dataclass(frozen=True)
+class Prep:
+    """The data-prep array (launch/prep_array.sh)."""
+
+    prep_jsonl: Path | None = opt(None, path, "path", "prep")
+    """LongDocURL.jsonl (required)."""
+    prep_pdf_dir: Path | None = opt(None, path, "path", "prep")
+    """Folder of the LongDocURL PDFs (required; searched recursively)."""
+    prep_out: Path | None = opt("{repo}/data/longdocurl", path, "path", "prep")
+    """Output folder."""
+    prep_shards: int = opt("8", positive_int, "count", "prep")
+    """Shards = array tasks (an array task started by hand: SLURM_ARRAY_TASK_MAX)."""
+    prep_tasks: str | None = opt("1-{QUOTECITE_PREP_SHARDS}", array_ids, "ids", "prep")
+    """Array task ids to submit."""
+    prep_args: list[str] | None = opt(None, flags, "flags", "prep")
+    """Extra data_prep longdocurl flags (every task and the final job)."""
+    prep_sbatch_args: list[str] | None = opt(None, flags, "flags", "prep")
+    """Extra sbatch options for both jobs."""
+    prep_log_dir: Path | None = opt("{QUOTECITE_PREP_OUT}/logs", path, "path", "prep")
+    """Slurm logs."""
+    prep_cmd: list[str] | None = opt(None, command, "flags", "prep")
+    """The program (default: PYTHON -m data_prep longdocurl)."""
+    prep_phase: str | None = opt(None, one_of("shard", "final"), "", "prep")
+    """Set by the script for its jobs (unset: submit)."""
+
+
+@dataclass(frozen=True)
+class Test:
+    """Tests, CI and benchmarks only."""
+
+    prep_fail_task: str | None = opt(None, array_ids, "ids", "test")
+    """Test hook: array task ids that exit 1 at once."""
+    slurm: bool | None = opt(None, flag, "0/1", "test")
+    """The local Slurm of .ci/slurm_up.sh is up (the Slurm tests run)."""
+    slurm_conf: Path = opt("/etc/slurm/slurm.conf", path, "path", "test")
+    """Where .ci/slurm_up.sh writes its config."""
+    slurm_wait: float = opt("60", seconds, "s", "test")
+    """How long .ci/slurm_up.sh waits for each daemon."""
+    slurm_layout: str = opt("multi", one_of("single", "multi"), "", "test")
+    """The local Slurm's nodes."""
+    slurm_test_timeout: float = opt("180", seconds, "s", "test")
+    """How long any one wait of a Slurm test may take."""
+    standin_step_seconds: float = opt("1.0", seconds, "s", "test")
+    """The stand-in trainer's step time."""
+    standin_slow_save: tuple[int, float] | None = opt(None, step_seconds, "STEP:s", "test")
+    """The stand-in pauses mid-save of STEP."""
+    standin_fail_at_start: str | None = opt(None, text, "", "test")
+    """The stand-in trainer exits 1 with this message."""
+    standin_no_group_at: int | None = opt(None, positive_int, "step", "test")
+    """At this step the stand-in's reward keeps no group and it exits as EasyR1 does."""
+    standin_ray_init: bool = opt("0", flag, "0/1", "test")
+    """A one-node stand-in trainer calls ray.init() as EasyR1."""
+    standin_gate: Path | None = opt(None, path, "path", "test")
+    """The stand-in starts step N once this file holds N."""
+    vendor: Path | None = opt("{repo}/../shared/vendor", path, "path", "test")
+    """Vendored upstream checkouts (CiteVQA)."""
+    fixtures: Path | None = opt("{repo}/../shared/fixtures", path, "path", "test")
+    """Shared test fixtures."""
+    bench_attention: str = opt("small", one_of("small", "8b"), "", "test")
+    """The attention benchmark's shapes."""
+    bench_encoder: str = opt("none", text, "", "test")
+    """Encoder of the prep-array benchmark."""
+    bench_partition: str | None = opt(None, text, "", "test")
+    """Slurm partition of the prep-array benchmark."""
+    bench_out: Path | None = opt(None, path, "path", "test")
+    """Where a benchmark writes its JSON (default: its own folder)."""
+# fmt: on
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, typed, by group: ``s.servers.health_timeout`` is ``QUOTECITE_HEALTH_TIMEOUT``'s value (None:
+    unset). Made by :func:`resolve`, which layers defaults, a YAML file, the environment and ``--set`` options."""
+
+    run: Run = field(default_factory=Run)
+    chain: Chain = field(default_factory=Chain)
+    servers: Servers = field(default_factory=Servers)
+    models: Models = field(default_factory=Models)
+    layout: Layout = field(default_factory=Layout)
+    ray: Ray = field(default_factory=Ray)
+    software: Software = field(default_factory=Software)
+    eval: Eval = field(default_factory=Eval)
+    prep: Prep = field(default_factory=Prep)
+    test: Test = field(default_factory=Test)
+    provenance: dict[str, tuple[str, str | None]] = field(default_factory=dict, repr=False, compare=False)
+    """``QUOTECITE_X`` -> (source, text) of every setting :func:`resolve` read: source is ``default``, ``file``,
+    ``environment`` or ``command line``; text is the value as typed (None: unset)."""
+
+    def _get(self, name: str) -> tuple[str, str | None]:
+        name = name if name.startswith(PREFIX) else PREFIX + name.upper()
+        if name not in self.provenance:
+            raise KeyError(name)
+        return self.provenance[name]
+
+    def source(self, name: str) -> str:
+        """Where the value came from (``name``: ``QUOTECITE_X`` or the field name)."""
+        return self._get(name)[0]
+
+    def text(self, name: str) -> str | None:
+        """The setting as a string (the default filled in), None when unset."""
+        return self._get(name)[1]
+
+    def value(self, name: str) -> Any:
+        """The typed value of ``QUOTECITE_X`` (or of the field name)."""
+        s = BY_NAME[name if name.startswith(PREFIX) else PREFIX + name.upper()]
+        return getattr(getattr(self, s.group), s.short)
+
+    def items(self) -> list[tuple[Setting, Any, str]]:
+        """(setting, value, source) of every resolved setting, in :data:`SETTINGS` order."""
+        return [(BY_NAME[n], self.value(n), src) for n, (src, _) in self.provenance.items()]
+
+    def env(self, sources: tuple[str, ...] = SOURCES) -> dict[str, str]:
+        """Every set setting (from ``sources``) as a string, to hand to a child or the next job (resolves back to the
+        same values). ``env(("file", "command line"))``: what a child would not see in this process's environment."""
+        return {n: t for n, (src, t) in self.provenance.items() if t is not None and src in sources}
+
+    def __repr__(self) -> str:
+        given = sum(1 for src, _ in self.provenance.values() if src != "default")
+        return f"Settings({len(self.provenance)} settings, {given} set)"
+
+
 @dataclass(frozen=True)
 class Setting:
-    """One ``QUOTECITE_*`` environment variable."""
+    """One ``QUOTECITE_*`` setting as the tables and the checks see it (made from the fields above)."""
 
     name: str
     default: str | None
     """As the user would type it; None: unset. :func:`resolve` fills in ``{repo}`` and ``{QUOTECITE_OTHER}``."""
     unit: str
     help: str
-    """One line."""
+    """One line: the field's docstring."""
     parse: Callable[[str], Any]
     group: str
     readers: str
@@ -312,8 +668,13 @@ class Setting:
 
     @property
     def short(self) -> str:
-        """The attribute name on :class:`Settings`: ``QUOTECITE_HEALTH_TIMEOUT`` -> ``health_timeout``."""
+        """The field name in its group: ``QUOTECITE_HEALTH_TIMEOUT`` -> ``health_timeout``."""
         return self.name.removeprefix(PREFIX).lower()
+
+    @property
+    def key(self) -> str:
+        """``group.field``, as in a settings file and ``--set``."""
+        return f"{self.group}.{self.short}"
 
     @property
     def reader_set(self) -> frozenset[str]:
@@ -325,185 +686,37 @@ class Setting:
         return tuple(m for m in _TEMPLATE.findall(self.default or "") if m != "repo")
 
 
-_TEMPLATE = re.compile(r"\{(repo|QUOTECITE_[A-Z0-9_]+)\}")
-
-_L, _RW, _EV, _PR, _T = READERS
-
-
-def _s(name: str, default: str | None, unit: str, parse: Callable[[str], Any], group: str, readers: str,
-       help: str, empty: bool = False) -> Setting:  # fmt: skip
-    return Setting(PREFIX + name, default, unit, help, parse, group, readers, empty)
+def _docstrings(cls: type) -> dict[str, str]:
+    """Each field's docstring (the string right under it), on one line."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    return {a.target.id: " ".join(b.value.value.split()) for a, b in zip(body, body[1:], strict=False)
+            if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+            and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)}  # fmt: skip
 
 
-# fmt: off
-SETTINGS: tuple[Setting, ...] = (
-    # --- run
-    _s("REPO", "{repo}", "path", path, "run", f"{_L},{_EV},{_PR}",
-       "the repository (default: found from SLURM_SUBMIT_DIR or the script's place); on a shared file system"),
-    _s("RUN_DIR", "{repo}/runs/qwen3vl_8b_grpo", "path", path, "run", f"{_L},{_EV}",
-       "run folder: run log, segments, checkpoints, logs"),
-    _s("RECIPE", "{repo}/recipes/qwen3vl_8b_grpo.yaml", "path", path, "run", f"{_L},{_EV}",
-       "EasyR1 config of the run"),
-    _s("DATA_DIR", None, "path", path, "run", f"{_L},{_RW}",
-       "data folder the recipe reads (train.parquet, val.parquet, images/)"),
-    _s("CACHE_DIR", "{QUOTECITE_DATA_DIR}/cache", "path", path, "run", f"{_L},{_RW}",
-       "block cache the reward reads (the recipe's reward cache_dir)"),
-    _s("CKPT_DIR", "{QUOTECITE_RUN_DIR}/checkpoints", "path", path, "run", f"{_L},{_RW}",
-       "checkpoints and experiment_log.jsonl (the recipe's save_checkpoint_path; set by the launch)"),
-    _s("TRAIN_FILES", "{QUOTECITE_DATA_DIR}/train.parquet", "path", text, "run", _L,
-       "training data, counted for max_steps (set in the environment: overrides the recipe's data.train_files)"),
-    _s("VAL_FILES", None, "path", text, "run", _L, "validation data (set: overrides the recipe's data.val_files)"),
-    _s("MAX_STEPS", None, "count", positive_int, "run", _L,
-       "steps of the run (default: the recipe's trainer.max_steps, else EasyR1's formula on the data)"),
-    _s("TRAINER_CMD", None, "flags", command, "run", _L,
-       "the trainer program (default: the trainer venv's python -m reward.train, EasyR1's verl.trainer.main)"),
-    _s("TRAINER_STOP", "checkpoint", "", one_of("checkpoint", "signal"), "run", _L,
-       "after SIGUSR1: stop the trainer after its next checkpoint, or forward the signal"),
-    _s("STOP_GRACE", "3000", "s", seconds, "run", _L,
-       "from SIGUSR1 until the trainer is stopped regardless (keep it under the --signal lead time)"),
-    _s("POLL_SECONDS", "5", "s", seconds, "run", _L, "how often the job looks at the trainer and the servers"),
-    _s("LOG_WAIT", "120", "s", seconds, "run", _L,
-       "how long a stopped trainer's step may take to reach the metrics log"),
-    _s("MAX_RESTARTS", "3", "count", nonneg_int, "run", _L,
-       "trainer restarts per job after a judge/embedder outage"),
-    _s("PREFLIGHT", "1", "0/1", flag, "run", _L, "run the reward's check against the live servers before training"),
-    _s("CHECK_PYTHON", None, "path", program, "run", _L,
-       "python of the reward check (default: the trainer's, where the reward runs)"),
-    _s("ALLOW_RECIPE_CHANGE", "0", "0/1", flag, "run", _L, "let a resumed run continue with a changed recipe"),
-    _s("PYTHON", None, "path", program, "run", f"{_L},{_EV},{_PR}",
-       "python of the launch's own tools (default: REPO/.venv/bin/python, else python3)"),
-    _s("METRICS_DIR", None, "path", path, "run", _RW,
-       "segment folder the reward writes its counters and samples to (set by the launch)"),
-    _s("SEGMENT", None, "", text, "run", _RW, "the trainer's segment name (set by the launch)"),
-    # --- chain
-    _s("CHAIN", "1", "0/1", flag, "chain", _L,
-       "requeue this job (scontrol requeue, same options) when it ends before max_steps"),
-    _s("MAX_STALLED_JOBS", "3", "count", nonneg_int, "chain", _L,
-       "jobs in a row without a new checkpoint before the chain stops (0: never)"),
-    # --- models
-    _s("JUDGE_MODEL", JUDGE_MODEL, "model id", model_id, "models", f"{_L},{_RW},{_EV}",
-       "the judge vLLM serves and the reward names"),
-    _s("EMBED_MODEL", EMBED_MODEL, "model id", model_id, "models", f"{_L},{_EV}", "the quote embedder vLLM serves"),
-    _s("JUDGE_WEIGHTS", None, "path", path, "models", f"{_L},{_EV}",
-       "local folder of the judge's weights (default: the model id, from HF_HOME)"),
-    _s("EMBED_WEIGHTS", None, "path", path, "models", f"{_L},{_EV}",
-       "local folder of the embedder's weights (default: the model id, from HF_HOME)"),
-    _s("POLICY_MODEL", None, "model id", text, "models", _EV,
-       "base model of the evaluated policy (default: the recipe's worker.actor.model.model_path)"),
-    # --- servers
-    _s("JUDGE_URL", None, "URLs", urls, "servers", f"{_RW},{_EV},{_T}",
-       "judge base URL(s), comma-separated replicas (set by the launch)"),
-    _s("EMBED_URL", None, "URL", url, "servers", f"{_RW},{_EV},{_T}", "embedder base URL (set by the launch)"),
-    _s("JUDGE_PORT", "8000", "port", port, "servers", f"{_L},{_EV}", "judge port (replica i: +i-1; 0: any free port)"),
-    _s("EMBED_PORT", "8001", "port", port, "servers", f"{_L},{_EV}", "embedder port (0: any free port)"),
-    _s("JUDGE_GPU_UTIL", "0.55", "fraction", fraction, "servers", f"{_L},{_EV}",
-       "share of its GPU's memory the judge's vLLM takes"),
-    _s("EMBED_GPU_UTIL", "0.25", "fraction", fraction, "servers", f"{_L},{_EV}",
-       "share of its GPU's memory the embedder's vLLM takes"),
-    _s("JUDGE_MAX_MODEL_LEN", "32768", "tokens", positive_int, "servers", f"{_L},{_EV}", "the judge's context length"),
-    _s("EMBED_MAX_MODEL_LEN", "8192", "tokens", positive_int, "servers", f"{_L},{_EV}",
-       "the embedder's context length"),
-    _s("JUDGE_ARGS", None, "flags", server_flags, "servers", f"{_L},{_EV}", "extra vllm serve flags of the judge"),
-    _s("EMBED_ARGS", None, "flags", server_flags, "servers", f"{_L},{_EV}", "extra vllm serve flags of the embedder"),
-    _s("JUDGE_CMD", None, "flags", command, "servers", f"{_L},{_EV}",
-       "the judge's server program (default: the server venv's vllm serve)"),
-    _s("EMBED_CMD", None, "flags", command, "servers", f"{_L},{_EV}",
-       "the embedder's server program (default: the server venv's vllm serve)"),
-    _s("HEALTH_TIMEOUT", "1800", "s", seconds, "servers", f"{_L},{_EV}",
-       "how long each server may take to answer /health"),
-    _s("HEALTH_POLL", "2", "s", seconds, "servers", f"{_L},{_EV}", "pause between two /health polls"),
-    _s("MAX_SERVER_RESTARTS", "5", "count", nonneg_int, "servers", _L,
-       "restarts per job of a server process that dies while the trainer runs"),
-    # --- layout
-    _s("SERVE_GPUS", "1", "count", positive_int, "layout", _L, "GPUs for the servers (the last of the allocation)"),
-    _s("JUDGE_REPLICAS", "1", "count", positive_int, "layout", _L, "judge servers, one per serving GPU"),
-    _s("TRAIN_GPUS_PER_NODE", None, "count", positive_int, "layout", _L,
-       "trainer GPUs per node (default: 2 on one node, else what the first node has left)"),
-    _s("NODE_GPUS", None, "count", node_counts, "layout", _L,
-       "GPUs per node in Slurm's form, 8(x2),4 (default: SLURM_GPUS_ON_NODE)"),
-    _s("NODE_ADDRESSES", None, "node=IP,...", node_addresses, "layout", _L,
-       "several nodes: the IP each node is reached by (default: its name; for names /etc/hosts maps to loopback)"),
-    # --- ray
-    _s("RAY_CMD", None, "flags", command, "ray", _L, "the ray program (default: next to the trainer's python)"),
-    _s("RAY_PORT", "6379", "port", port, "ray", _L, "the Ray head's GCS port (taken: a free one; 0: any)"),
-    _s("RAY_TIMEOUT", "300", "s", seconds, "ray", _L, "how long every trainer node may take to join Ray"),
-    _s("RAY_TMPDIR", None, "path", path, "ray", _L, "Ray's --temp-dir"),
-    # --- software
-    _s("ENV_SETUP", "1", "0/1", flag, "software", f"{_L},{_EV}",
-       "install/use the GPU environments of launch/setup.py (0: the programs on PATH)"),
-    _s("ENV_ROOT", "{repo}/.venv-gpu", "path", path, "software", f"{_L},{_EV}", "folder of the GPU environments"),
-    _s("ENV_PYTHON", None, "path", program, "software", f"{_L},{_EV}",
-       "python that builds them (default: python3.11, python3.12, python3)"),
-    _s("EASYR1_REPO", "https://github.com/hiyouga/EasyR1.git", "URL", text, "software", f"{_L},{_EV}",
-       "git repository of EasyR1"),
-    _s("EASYR1_COMMIT", "b44b311", "git rev", git_rev, "software", f"{_L},{_EV}", "EasyR1 commit the trainer runs"),
-    _s("VLLM_SERVER", "0.32.0", "version", version, "software", f"{_L},{_EV}", "vLLM version of the server venv"),
-    _s("FLASH_ATTN", "flash-attn==2.8.3", "pip spec", any_text, "software", f"{_L},{_EV}",
-       "flash-attn for the trainer venv (empty: skip)", empty=True),
-    _s("ENV_LOCK_WAIT", "7200", "s", seconds, "software", f"{_L},{_EV}",
-       "how long a job waits for another job's install"),
-    _s("ENV_IN_CI", "0", "0/1", flag, "software", f"{_L},{_EV}", "allow `python -m launch.setup setup` to install where CI=true"),
-    _s("HF_HOME", None, "path", path, "software", f"{_L},{_EV}",
-       "HF_HOME of the jobs' model weights (default: $HF_HOME, else REPO/.hf); the jobs run offline"),
-    _s("MODELS_CHECK", "1", "0/1", flag, "software", f"{_L},{_EV}", "check that the model weights are in HF_HOME"),
-    _s("MINERU_BIN", None, "path", program, "software", _PR,
-       "mineru-kit of the MinerU parser (default: REPO/.venv-mineru/bin/mineru-kit)"),
-    # --- eval
-    _s("EVAL_STEP", None, "count", nonneg_int, "eval", _EV,
-       "checkpoint step to evaluate (default: the run's last complete checkpoint)"),
-    _s("EVAL_GOLD", None, "path", path, "eval", _EV, "gold JSONL (required)"),
-    _s("EVAL_CACHE_DIR", None, "path", path, "eval", _EV, "block cache (required)"),
-    _s("EVAL_PDF_DIR", None, "path", path, "eval", _EV, "folder of <doc_key>.pdf (default: the PDFs the cache names)"),
-    _s("EVAL_OUT", None, "path", path, "eval", _EV, "output folder (default: RUN_DIR/eval/step_N)"),
-    _s("CITEVQA_DIR", None, "path", path, "eval", f"{_EV},{_T}",
-       "a CiteVQA checkout: its prompts/ are the two-call judge's (or --judge-protocol rubric)"),
-    _s("INFER_CMD", None, "flags", command, "eval", _EV,
-       "the inference program (default: the server venv's python -m eval infer)"),
-    _s("EVAL_INFER_ARGS", None, "flags", flags, "eval", _EV, "extra eval infer flags"),
-    _s("EVAL_RESOLVE_ARGS", None, "flags", flags, "eval", _EV, "extra eval resolve flags"),
-    _s("EVAL_SCORE_ARGS", None, "flags", flags, "eval", _EV, "extra eval score flags"),
-    _s("EVAL_SHARDS", "0", "count", nonneg_int, "eval", _EV, "array mode: inference shards (0: one job)"),
-    _s("EVAL_TASKS", None, "ids", array_ids, "eval", _EV, "array mode: task ids to submit (default 1-N)"),
-    _s("EVAL_SBATCH_ARGS", None, "flags", flags, "eval", _EV, "array mode: extra sbatch options for both jobs"),
-    _s("EVAL_PHASE", None, "", one_of("infer", "score"), "eval", _EV, "set by array mode for its jobs"),
-    # --- prep
-    _s("PREP_JSONL", None, "path", path, "prep", _PR, "LongDocURL.jsonl (required)"),
-    _s("PREP_PDF_DIR", None, "path", path, "prep", _PR,
-       "folder of the LongDocURL PDFs (required; searched recursively)"),
-    _s("PREP_OUT", "{repo}/data/longdocurl", "path", path, "prep", _PR, "output folder"),
-    _s("PREP_SHARDS", "8", "count", positive_int, "prep", _PR,
-       "shards = array tasks (an array task started by hand: SLURM_ARRAY_TASK_MAX)"),
-    _s("PREP_TASKS", "1-{QUOTECITE_PREP_SHARDS}", "ids", array_ids, "prep", _PR, "array task ids to submit"),
-    _s("PREP_ARGS", None, "flags", flags, "prep", _PR,
-       "extra data_prep longdocurl flags (every task and the final job)"),
-    _s("PREP_SBATCH_ARGS", None, "flags", flags, "prep", _PR, "extra sbatch options for both jobs"),
-    _s("PREP_LOG_DIR", "{QUOTECITE_PREP_OUT}/logs", "path", path, "prep", _PR, "Slurm logs"),
-    _s("PREP_CMD", None, "flags", command, "prep", _PR, "the program (default: PYTHON -m data_prep longdocurl)"),
-    _s("PREP_PHASE", None, "", one_of("shard", "final"), "prep", _PR,
-       "set by the script for its jobs (unset: submit)"),
-    # --- test
-    _s("PREP_FAIL_TASK", None, "ids", array_ids, "test", _T, "test hook: array task ids that exit 1 at once"),
-    _s("SLURM", None, "0/1", flag, "test", _T, "the local Slurm of .ci/slurm_up.sh is up (the Slurm tests run)"),
-    _s("SLURM_CONF", "/etc/slurm/slurm.conf", "path", path, "test", _T, "where .ci/slurm_up.sh writes its config"),
-    _s("SLURM_WAIT", "60", "s", seconds, "test", _T, "how long .ci/slurm_up.sh waits for each daemon"),
-    _s("SLURM_LAYOUT", "multi", "", one_of("single", "multi"), "test", _T, "the local Slurm's nodes"),
-    _s("SLURM_TEST_TIMEOUT", "180", "s", seconds, "test", _T, "how long any one wait of a Slurm test may take"),
-    _s("STANDIN_STEP_SECONDS", "1.0", "s", seconds, "test", _T, "the stand-in trainer's step time"),
-    _s("STANDIN_SLOW_SAVE", None, "STEP:s", step_seconds, "test", _T, "the stand-in pauses mid-save of STEP"),
-    _s("STANDIN_FAIL_AT_START", None, "", text, "test", _T, "the stand-in trainer exits 1 with this message"),
-    _s("STANDIN_NO_GROUP_AT", None, "step", positive_int, "test", _T,
-       "at this step the stand-in's reward keeps no group and it exits as EasyR1 does"),
-    _s("STANDIN_RAY_INIT", "0", "0/1", flag, "test", _T, "a one-node stand-in trainer calls ray.init() as EasyR1"),
-    _s("STANDIN_GATE", None, "path", path, "test", _T, "the stand-in starts step N once this file holds N"),
-    _s("VENDOR", "{repo}/../shared/vendor", "path", path, "test", _T, "vendored upstream checkouts (CiteVQA)"),
-    _s("FIXTURES", "{repo}/../shared/fixtures", "path", path, "test", _T, "shared test fixtures"),
-    _s("BENCH_ATTENTION", "small", "", one_of("small", "8b"), "test", _T, "the attention benchmark's shapes"),
-    _s("BENCH_ENCODER", "none", "", text, "test", _T, "encoder of the prep-array benchmark"),
-    _s("BENCH_PARTITION", None, "", text, "test", _T, "Slurm partition of the prep-array benchmark"),
-    _s("BENCH_OUT", None, "path", path, "test", _T, "where a benchmark writes its JSON (default: its own folder)"),
-)
-# fmt: on
+def _table() -> tuple[dict[str, str], tuple[Setting, ...]]:
+    groups, rows = {}, []
+    for g in fields(Settings):
+        if g.name == "provenance":
+            continue
+        cls = g.default_factory
+        groups[g.name] = (cls.__doc__ or "").strip().rstrip(".")
+        groups[g.name] = groups[g.name][:1].lower() + groups[g.name][1:]
+        docs = _docstrings(cls)
+        for f in fields(cls):
+            m = f.metadata
+            if f.name not in docs:
+                raise RuntimeError(f"setting {g.name}.{f.name} has no docstring")
+            rows.append(Setting(PREFIX + f.name.upper(), m["default"], m["unit"], docs[f.name], m["parse"], g.name,
+                                m["readers"], m["empty"]))  # fmt: skip
+    return groups, tuple(rows)
+
+
+GROUPS, SETTINGS = _table()
+"""The groups (name -> what they cover, in the tables' order) and one :class:`Setting` per field."""
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+BY_KEY: dict[str, Setting] = {**{s.short: s for s in SETTINGS}, **{s.key: s for s in SETTINGS}, **BY_NAME}
+"""A setting by ``group.field``, ``field`` or ``QUOTECITE_FIELD`` (every field name is unique across groups)."""
 
 
 # ------------------------------------------------------------------------------------------------- resolving
@@ -514,52 +727,9 @@ def _show(value: str) -> str:
     return repr(value)
 
 
-class Settings:
-    """The resolved settings: ``s.health_timeout`` is ``QUOTECITE_HEALTH_TIMEOUT``'s typed value (None: unset)."""
-
-    def __init__(self, resolved: dict[str, tuple[Any, str, str | None]]):
-        # name -> (value, source, text), in SETTINGS order
-        object.__setattr__(self, "_resolved", resolved)
-
-    def __getattr__(self, short: str) -> Any:
-        if short.startswith("_"):
-            raise AttributeError(short)
-        name = PREFIX + short.upper()
-        if name not in BY_NAME or short != short.lower():
-            close = difflib.get_close_matches(short, [s.short for s in SETTINGS], n=1)
-            raise AttributeError(f"no setting {short!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        if name not in self._resolved:
-            raise AttributeError(f"{name} was not resolved (resolve() was asked for other readers)")
-        return self._resolved[name][0]
-
-    def __setattr__(self, key: str, value: Any) -> None:
-        raise AttributeError("Settings are read-only")
-
-    def _get(self, name: str) -> tuple[Any, str, str | None]:
-        name = name if name.startswith(PREFIX) else PREFIX + name.upper()
-        if name not in self._resolved:
-            raise KeyError(name)
-        return self._resolved[name]
-
-    def source(self, name: str) -> str:
-        """``"environment"`` or ``"default"`` (``name``: ``QUOTECITE_X`` or the short name)."""
-        return self._get(name)[1]
-
-    def text(self, name: str) -> str | None:
-        """The setting as a string (the default filled in), None when unset."""
-        return self._get(name)[2]
-
-    def items(self) -> list[tuple[Setting, Any, str]]:
-        """(setting, value, source) of every resolved setting, in :data:`SETTINGS` order."""
-        return [(BY_NAME[n], v, src) for n, (v, src, _) in self._resolved.items()]
-
-    def env(self) -> dict[str, str]:
-        """Every set setting as a string, to hand to a child or the next job (resolves back to the same values)."""
-        return {n: t for n, (_, _, t) in self._resolved.items() if t is not None}
-
-    def __repr__(self) -> str:
-        given = sum(1 for _, source, _ in self._resolved.values() if source == "environment")
-        return f"Settings({len(self._resolved)} settings, {given} from the environment)"
+def _suggest(key: str, known) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def unknown_names(env: Mapping[str, str]) -> list[str]:
@@ -567,23 +737,107 @@ def unknown_names(env: Mapping[str, str]) -> list[str]:
     out = []
     for name in sorted(k for k in env if k.startswith(PREFIX) and k not in BY_NAME):
         tail = name.removeprefix(PREFIX)
-        close = difflib.get_close_matches(tail, [n.removeprefix(PREFIX) for n in BY_NAME], n=1, cutoff=0.6)
-        hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
+        hint = _suggest(tail, [n.removeprefix(PREFIX) for n in BY_NAME])
+        hint = hint.replace("mean ", f"mean {PREFIX}")
         out.append(f"{name} is not a setting{hint}; `python -m launch.settings` lists them")
     return out
 
 
-def resolve(env: Mapping[str, str], repo: Path, readers: set[str] | None = None) -> Settings:
-    """Read, check and complete the settings of ``env`` (``{repo}`` in a default: ``repo``).
+def _as_text(s: Setting, value: Any) -> str:
+    """A settings file's value as the user would have typed it in the environment (true -> 1, a list of flags ->
+    the words quoted, a list of URLs -> comma-separated, a mapping of node addresses -> node=IP,...)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        return shlex.join(map(str, value)) if s.unit == "flags" else ",".join(map(str, value))
+    if isinstance(value, dict) and s.parse is node_addresses:
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    raise ValueError(f"expected a {s.unit or 'text'} value, got a {type(value).__name__}")
 
-    ``readers``: resolve only the settings read by these, the ones their defaults name and the ones set in ``env``;
-    None: all. Every ``QUOTECITE_*`` variable of ``env`` is checked either way (an unknown name is a problem).
-    Raises one :class:`SettingsError` listing every problem.
+
+def read_file(path: Path) -> tuple[dict[str, str], list[str]]:
+    """A settings file's values by ``QUOTECITE_X`` name, and its problems (each naming the file and the key)."""
+    where = str(path)
+    try:
+        data = read_yaml(path, "settings file")
+    except (InputError, OSError) as e:
+        return {}, [f"settings file {where}: {e}"]
+    if data is None:
+        return {}, []
+    if not isinstance(data, dict):
+        return {}, [
+            f"settings file {where}: expected groups of settings ({', '.join(GROUPS)}), got a {type(data).__name__}"
+        ]
+    out, problems = {}, []
+    for group, values in data.items():
+        if group not in GROUPS:
+            problems.append(f"settings file {where}: {group!r} is not a group{_suggest(str(group), GROUPS)} "
+                            f"(groups: {', '.join(GROUPS)})")  # fmt: skip
+            continue
+        if not isinstance(values, dict):
+            problems.append(f"settings file {where}: {group}: expected its settings as name: value")
+            continue
+        for short, value in values.items():
+            s = BY_KEY.get(f"{group}.{short}")
+            if s is None:
+                in_group = [x.short for x in SETTINGS if x.group == group]
+                other = BY_KEY.get(str(short))
+                hint = f" ({short} is in group {other.group})" if other else _suggest(str(short), in_group)
+                problems.append(f"settings file {where}: {group}.{short} is not a setting{hint}")
+                continue
+            if s.name == PREFIX + "CONFIG":
+                problems.append(f"settings file {where}: {s.key} cannot be set in a settings file")
+                continue
+            if value is None:
+                continue
+            try:
+                out[s.name] = _as_text(s, value)
+            except ValueError as e:
+                problems.append(f"settings file {where}: {s.key}: {e}")
+    return out, problems
+
+
+def parse_sets(items: list[str]) -> tuple[dict[str, str], list[str]]:
+    """``--set KEY=VALUE`` options (KEY: ``group.field``, ``field`` or ``QUOTECITE_FIELD``) by ``QUOTECITE_X``
+    name, and their problems."""
+    out, problems = {}, []
+    for item in items:
+        key, sep, value = item.partition("=")
+        s = BY_KEY.get(key.strip())
+        if not sep:
+            problems.append(f"--set {item!r}: expected KEY=VALUE (KEY as group.field, e.g. servers.judge_port)")
+        elif s is None:
+            problems.append(f"--set {key.strip()}: not a setting{_suggest(key.strip(), BY_KEY)}; "
+                            "`python -m launch.settings` lists them")  # fmt: skip
+        else:
+            out[s.name] = value
+    return out, problems
+
+
+def resolve(env: Mapping[str, str], repo: Path, readers: set[str] | None = None, file: Path | None = None,
+            sets: list[str] | tuple[str, ...] = ()) -> Settings:  # fmt: skip
+    """Read, check and complete the settings: each from ``--set`` (``sets``), else the environment ``env``, else the
+    settings file (``file``, else ``QUOTECITE_CONFIG``), else its default (``{repo}`` in a default: ``repo``).
+
+    ``readers``: resolve only the settings read by these, the ones their defaults name and the ones set in a layer;
+    None: all (the others keep their field defaults). Every ``QUOTECITE_*`` variable of ``env`` is checked either way
+    (an unknown name is a problem). Raises one :class:`SettingsError` listing every problem.
     """
     if readers is not None and not set(readers) <= set(READERS):
         raise ValueError(f"readers must be among {READERS}, got {sorted(readers)}")
     problems = unknown_names(env)
-    wanted = [s for s in SETTINGS if readers is None or s.reader_set & set(readers) or env.get(s.name)]
+    cli, more = parse_sets(list(sets))
+    problems += more
+    config = file or cli.get(PREFIX + "CONFIG") or env.get(PREFIX + "CONFIG")
+    from_file: dict[str, str] = {}
+    if config:
+        from_file, more = read_file(Path(config))
+        problems += more
+    layers = (("command line", cli), ("environment", env), ("file", from_file))
+    given = {n for _, layer in layers for n, v in layer.items() if n in BY_NAME and v}
+    wanted = [s for s in SETTINGS if readers is None or s.reader_set & set(readers) or s.name in given]
     texts: dict[str, str | None] = {}
     resolved: dict[str, tuple[Any, str, str | None]] = {}
     failed: set[str] = set()
@@ -593,25 +847,26 @@ def resolve(env: Mapping[str, str], repo: Path, readers: set[str] | None = None)
             return
         if s.name in stack:
             raise RuntimeError(f"settings defaults refer to each other in a circle: {' -> '.join(stack + (s.name,))}")
-        raw = env.get(s.name)
-        if raw is not None and (raw != "" or s.empty):
-            source, value_text, derived = "environment", raw, ""
-        else:
-            source, value_text, derived = "default", s.default, ""
-            if value_text is not None:
-                parts = {}
-                for ref in s.refers_to:
-                    one(BY_NAME[ref], stack + (s.name,))
-                    if ref in failed:  # reported there
-                        failed.add(s.name)
-                        return
-                    parts[ref] = texts[ref]
-                if any(v is None for v in parts.values()):
-                    value_text = None  # the default names an unset setting: unset too
-                else:
-                    value_text = _TEMPLATE.sub(lambda m: str(repo) if m[1] == "repo" else parts[m[1]], value_text)
-                    if parts:
-                        derived = f" (its default, from {', '.join(parts)})"
+        source, value_text, derived = "default", s.default, ""
+        for where, layer in layers:
+            raw = layer.get(s.name)
+            if raw is not None and (raw != "" or s.empty):
+                source, value_text = where, raw
+                break
+        if source == "default" and value_text is not None:
+            parts = {}
+            for ref in s.refers_to:
+                one(BY_NAME[ref], stack + (s.name,))
+                if ref in failed:  # reported there
+                    failed.add(s.name)
+                    return
+                parts[ref] = texts[ref]
+            if any(v is None for v in parts.values()):
+                value_text = None  # the default names an unset setting: unset too
+            else:
+                value_text = _TEMPLATE.sub(lambda m: str(repo) if m[1] == "repo" else parts[m[1]], value_text)
+                if parts:
+                    derived = f" (its default, from {', '.join(parts)})"
         if value_text is None:
             texts[s.name] = None
             resolved[s.name] = (None, source, None)
@@ -620,7 +875,8 @@ def resolve(env: Mapping[str, str], repo: Path, readers: set[str] | None = None)
             value = s.parse(value_text)
         except (argparse.ArgumentTypeError, ValueError) as e:  # InputError is a ValueError
             failed.add(s.name)
-            problems.append(f"{s.name}={_show(value_text)}{derived}: {e}")
+            origin = {"file": f" (from {config})", "command line": " (from --set)"}.get(source, derived)
+            problems.append(f"{s.name}={_show(value_text)}{origin}: {e}")
             return
         texts[s.name] = value_text
         resolved[s.name] = (value, source, value_text)
@@ -635,8 +891,12 @@ def resolve(env: Mapping[str, str], repo: Path, readers: set[str] | None = None)
                                 f"(ids are 1..{resolved[shards][0]})")  # fmt: skip
     if problems:
         raise SettingsError(problems)
+    groups = {}
+    for g in GROUPS:
+        values = {s.short: resolved[s.name][0] for s in SETTINGS if s.group == g and s.name in resolved}
+        groups[g] = dataclasses.replace(getattr(Settings(), g), **values)
     order = [s.name for s in SETTINGS if s.name in resolved]
-    return Settings({n: resolved[n] for n in order})
+    return Settings(**groups, provenance={n: (resolved[n][1], resolved[n][2]) for n in order})
 
 
 # ------------------------------------------------------------------------------------------------- rendering
@@ -710,6 +970,14 @@ def render_resolved(s: Settings) -> str:
 
 
 # ------------------------------------------------------------------------------------------------- command line
+def add_layer_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config FILE`` and ``--set KEY=VALUE`` (the file and command-line layers of :func:`resolve`)."""
+    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
+                        help="a YAML file of settings by group (QUOTECITE_CONFIG); the environment overrides it")  # fmt: skip
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="one setting (KEY: group.field such as servers.judge_port); overrides the environment")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.settings", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", nargs="?", default="table", choices=("table", "markdown", "show", "shell", "check"),
@@ -719,6 +987,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="shell: the settings to print (QUOTECITE_...)")
     parser.add_argument("--test", action="store_true",
                         help="table, markdown: the tests', CI's and benchmarks' knobs instead of the user's settings")  # fmt: skip
+    add_layer_arguments(parser)
     parser.add_argument("--readers", default=None,
                         help=f"show: only what these read (comma-separated: {', '.join(READERS)})")  # fmt: skip
     args = parser.parse_args(argv)
@@ -731,7 +1000,7 @@ def main(argv: list[str] | None = None) -> int:
         if readers is not None and not readers <= set(READERS):
             parser.error(f"--readers: expected some of {', '.join(READERS)}, got {args.readers!r}")
         try:
-            s = resolve(os.environ, REPO, readers)
+            s = resolve(os.environ, REPO, readers, args.config, args.set)
         except SettingsError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -55,17 +55,10 @@ from pathlib import Path
 from core.errors import InputError
 from core.io import atomic_write_text, read_json, read_json_object, read_text, safe_component
 from launch import settings
-from reward.config import DEFAULT_JUDGE_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 KINDS = ("trainer", "server")
 STAMP = ".quotecite-env.json"
-EASYR1_REPO = "https://github.com/hiyouga/EasyR1.git"
-EASYR1_COMMIT = "b44b311"
-VLLM_SERVER = "0.32.0"
-FLASH_ATTN = "flash-attn==2.8.3"
-DEFAULT_EMBED_MODEL = "Qwen/Qwen3-VL-Embedding-2B"
-DEFAULT_RECIPE = "recipes/qwen3vl_8b_grpo.yaml"
 POLICY_KEY = "worker.actor.model.model_path"
 SETUP_CMD = "python -m launch.setup setup"
 FETCH_CMD = "python -m launch.setup fetch-models"
@@ -152,28 +145,26 @@ def lock_pins(lock: Path) -> dict[str, str]:
     return dict(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)", read_text(lock, "slurm/trainer.lock"), re.M))
 
 
+def _settings(repo: Path, env: Mapping[str, str] | None) -> settings.Settings:
+    """The launch's settings of ``env`` (default: this process's environment), ``{repo}`` being ``repo``."""
+    return settings.resolve(os.environ if env is None else env, Path(repo).absolute())
+
+
 def software(repo: Path = REPO, env: Mapping[str, str] | None = None) -> Software:
-    env = os.environ if env is None else env
+    sw = _settings(repo, env).software
     repo = Path(repo).absolute()
     lock = repo / "slurm" / "trainer.lock"
     pins = lock_pins(lock)
-    return Software(
-        repo=repo,
-        root=Path(env.get("QUOTECITE_ENV_ROOT") or repo / ".venv-gpu").expanduser().absolute(),
-        lock=lock,
-        easyr1_repo=env.get("QUOTECITE_EASYR1_REPO") or EASYR1_REPO,
-        easyr1_commit=env.get("QUOTECITE_EASYR1_COMMIT") or EASYR1_COMMIT,
-        vllm_server=env.get("QUOTECITE_VLLM_SERVER") or VLLM_SERVER,
-        flash_attn=env.get("QUOTECITE_FLASH_ATTN", FLASH_ATTN),
-        vllm_trainer=pins.get("vllm", ""),
-        torch_trainer=pins.get("torch", ""),
-    )
+    return Software(repo=repo, root=Path(sw.env_root).expanduser().absolute(), lock=lock, easyr1_repo=sw.easyr1_repo,
+                    easyr1_commit=sw.easyr1_commit, vllm_server=sw.vllm_server, flash_attn=sw.flash_attn,
+                    vllm_trainer=pins.get("vllm", ""), torch_trainer=pins.get("torch", ""))  # fmt: skip
 
 
 def hf_home(repo: Path = REPO, env: Mapping[str, str] | None = None) -> Path:
     """The jobs' ``HF_HOME``: ``QUOTECITE_HF_HOME``, else ``HF_HOME``, else ``REPO/.hf``."""
     env = os.environ if env is None else env
-    return Path(env.get("QUOTECITE_HF_HOME") or env.get("HF_HOME") or Path(repo) / ".hf").expanduser().absolute()
+    home = _settings(repo, env).software.hf_home
+    return Path(home or env.get("HF_HOME") or Path(repo) / ".hf").expanduser().absolute()
 
 
 @dataclass(frozen=True)
@@ -192,7 +183,7 @@ def recipe_policy(repo: Path, env: Mapping[str, str]) -> str:
     """The recipe's ``worker.actor.model.model_path`` (``QUOTECITE_RECIPE``, default the 8B GRPO recipe)."""
     from recipes.reader import RecipeError, Unset, dig, load_recipe
 
-    path = Path(env.get("QUOTECITE_RECIPE") or Path(repo) / DEFAULT_RECIPE)
+    path = Path(_settings(repo, env).run.recipe)
     try:
         value = dig(load_recipe(path, env=dict(env), resolve=True), POLICY_KEY)
     except RecipeError as e:
@@ -205,16 +196,16 @@ def recipe_policy(repo: Path, env: Mapping[str, str]) -> str:
 def models(repo: Path = REPO, env: Mapping[str, str] | None = None, policy: str | None = None) -> list[Model]:
     """The three models a training or evaluation job loads, each with where its weights are looked for."""
     env = os.environ if env is None else env
+    m = _settings(repo, env).models
     out = []
-    for role, var, default, weights in (("judge", "QUOTECITE_JUDGE_MODEL", DEFAULT_JUDGE_MODEL, "QUOTECITE_JUDGE_WEIGHTS"),
-                                        ("embedder", "QUOTECITE_EMBED_MODEL", DEFAULT_EMBED_MODEL, "QUOTECITE_EMBED_WEIGHTS")):  # fmt: skip
-        name = env.get(var) or default
-        local = env.get(weights)
-        out.append(Model(role, name, Path(local).expanduser() if local else None, weights if local else var))
+    for role, name, local, var in (("judge", m.judge_model, m.judge_weights, "JUDGE"),
+                                   ("embedder", m.embed_model, m.embed_weights, "EMBED")):  # fmt: skip
+        source = f"QUOTECITE_{var}_WEIGHTS" if local else f"QUOTECITE_{var}_MODEL"
+        out.append(Model(role, name, Path(local).expanduser() if local else None, source))
     if policy:
         source = "the job's policy"
-    elif env.get("QUOTECITE_POLICY_MODEL"):
-        policy, source = env["QUOTECITE_POLICY_MODEL"], "QUOTECITE_POLICY_MODEL"
+    elif m.policy_model:
+        policy, source = m.policy_model, "QUOTECITE_POLICY_MODEL"
     else:
         policy, source = recipe_policy(repo, env), POLICY_KEY
     out.append(Model("policy", policy, Path(policy).expanduser() if _is_path(policy) else None, source))
@@ -317,10 +308,6 @@ def model_state(m: Model, hub: Path) -> ModelState:
     return ModelState(m, snap, why)
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    return env.get(name, "1") != "0"
-
-
 @dataclass(frozen=True)
 class Status:
     """What a job needs, found or not: the venvs (unless ``QUOTECITE_ENV_SETUP=0``) and the models (unless
@@ -374,11 +361,10 @@ def status(repo: Path = REPO, env: Mapping[str, str] | None = None, policy: str 
     """Stat the venv folders and the model cache (no process started, no network): fast enough for a job's
     first seconds. ``policy`` is the job's policy model when it overrides the recipe's."""
     env = os.environ if env is None else env
-    sw = software(repo, env)
-    home = hf_home(repo, env)
-    venvs = tuple(venv_state(sw, k) for k in KINDS) if _flag(env, "QUOTECITE_ENV_SETUP") else ()
+    s, sw, home = _settings(repo, env).software, software(repo, env), hf_home(repo, env)
+    venvs = tuple(venv_state(sw, k) for k in KINDS) if s.env_setup else ()
     states: tuple[ModelState, ...] = ()
-    if _flag(env, "QUOTECITE_MODELS_CHECK"):
+    if s.models_check:
         states = tuple(model_state(m, home / "hub") for m in models(repo, env, policy))
     return Status(sw, home, venvs, states)
 
@@ -397,10 +383,12 @@ def job_env(repo: Path = REPO, env: Mapping[str, str] | None = None) -> dict:
     env = os.environ if env is None else env
     home = hf_home(repo, env)
     out: dict = {"env": {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), **OFFLINE}}
-    if not _flag(env, "QUOTECITE_ENV_SETUP"):
+    s = _settings(repo, env)
+    if not s.software.env_setup:
         unknown = "unknown (QUOTECITE_ENV_SETUP=0)"
+        commit = s.software.easyr1_commit if s.source("easyr1_commit") != "default" else unknown
         out.update(trainer_python="python3", server_python="python3", server_vllm="vllm",
-                   easyr1_commit=env.get("QUOTECITE_EASYR1_COMMIT") or unknown, vllm_trainer=unknown,
+                   easyr1_commit=commit, vllm_trainer=unknown,
                    torch_trainer=unknown, vllm_server=unknown, torch_server=unknown)  # fmt: skip
         return out
     sw = software(repo, env)
@@ -424,9 +412,9 @@ def shown(argv: tuple[str, ...] | list[str]) -> str:
     return " ".join(CODE_LABELS.get(a) or shlex.quote(a) for a in argv)
 
 
-def base_python(env: Mapping[str, str]) -> str | None:
+def base_python(env: Mapping[str, str], repo: Path = REPO) -> str | None:
     """The python that creates the venvs: ``QUOTECITE_ENV_PYTHON``, else python3.11, python3.12, python3."""
-    for p in (env.get("QUOTECITE_ENV_PYTHON"), "python3.11", "python3.12", "python3"):
+    for p in (_settings(repo, env).software.env_python, "python3.11", "python3.12", "python3"):
         if p and shutil.which(p, path=env.get("PATH")):
             return p
     return None
@@ -498,7 +486,7 @@ def build(sw: Software, kind: str, python: str, env: Mapping[str, str]) -> float
     d.parent.mkdir(parents=True, exist_ok=True)
     log = Path(f"{d}.install.log")
     t0 = time.monotonic()
-    lock = _lock(Path(f"{d}.lock"), float(env.get("QUOTECITE_ENV_LOCK_WAIT") or 7200))
+    lock = _lock(Path(f"{d}.lock"), _settings(sw.repo, env).software.env_lock_wait)
     try:
         if venv_state(sw, kind).ok:
             _say(f"  {kind}: built by another setup meanwhile")
@@ -531,10 +519,10 @@ def build(sw: Software, kind: str, python: str, env: Mapping[str, str]) -> float
 def cmd_setup(a: argparse.Namespace, env: Mapping[str, str]) -> int:
     sw = software(a.repo, env)
     kinds = (a.only,) if a.only else KINDS
-    python = base_python(env)
+    python = base_python(env, a.repo)
     if python is None and not a.dry_run:
         raise InputError("no python3 to build the GPU environments with (set QUOTECITE_ENV_PYTHON)")
-    if not a.dry_run and env.get("CI") == "true" and env.get("QUOTECITE_ENV_IN_CI") != "1":
+    if not a.dry_run and env.get("CI") == "true" and not _settings(a.repo, env).software.env_in_ci:
         raise InputError(
             "setup installs CUDA builds of vLLM and EasyR1 and does not run where CI=true; "
             "set QUOTECITE_ENV_IN_CI=1 to install anyway"
@@ -597,16 +585,17 @@ def cmd_fetch(a: argparse.Namespace, env: Mapping[str, str]) -> int:
     home = hf_home(a.repo, env)
     hub = home / "hub"
     server = venv_state(sw, "server")
-    if _flag(env, "QUOTECITE_ENV_SETUP"):
+    s = _settings(a.repo, env)
+    if s.software.env_setup:
         py: str | Path = sw.python("server")
         if not server.ok and not a.dry_run:
             raise InputError(f"fetch-models downloads with the server environment's huggingface_hub, and "
                              f"{server.dir}: {server.reason}; run: {SETUP_CMD} --only server")  # fmt: skip
     else:
-        py = env.get("QUOTECITE_PYTHON") or sys.executable  # QUOTECITE_ENV_SETUP=0: a python of the user's own
+        py = s.run.python or sys.executable  # QUOTECITE_ENV_SETUP=0: a python of the user's own
     _say(f"# fetch-models{' (dry run: nothing is downloaded)' if a.dry_run else ''}: into HF_HOME {home} "
          f"(the jobs run with HF_HOME={home} HF_HUB_OFFLINE=1), with {py}")  # fmt: skip
-    if a.dry_run and not server.ok and _flag(env, "QUOTECITE_ENV_SETUP"):
+    if a.dry_run and not server.ok and s.software.env_setup:
         _say(f"# the server environment {server.dir} is {server.reason}: {SETUP_CMD} --only server builds it first")
     if not a.dry_run:
         _ignored_in_repo(home, Path(a.repo).absolute())
@@ -703,6 +692,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     env = dict(os.environ if env is None else env)
     p = argparse.ArgumentParser(prog="python -m launch.setup", description=__doc__.split("\n\n")[0])
     p.add_argument("--repo", type=Path, default=REPO, help=argparse.SUPPRESS)
+    settings.add_layer_arguments(p)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("setup", help="build the trainer and server venvs (a login node or a CPU job)")
     s.add_argument("--only", choices=KINDS, help="build only this environment")
@@ -721,7 +711,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     try:
         # every QUOTECITE_* setting checked once, as the job checks it, before any is read (a version or revision
         # that names a folder, a path with a newline, 'false' for 0: one error listing each problem)
-        settings.resolve(env, Path(a.repo))
+        env.update(settings.resolve(env, Path(a.repo), file=a.config, sets=a.set).env(("file", "command line")))
         return a.run(a, env)
     except (InputError, OSError) as e:
         print(f"{p.prog} {a.command}: error: {e}", file=sys.stderr)

@@ -89,7 +89,7 @@ def check_inputs(s, dry: bool) -> None:
     """Before any GPU time: the gold file and the block cache ``eval infer`` needs at the end."""
     if dry:
         return
-    gold, cache = s.eval_gold, s.eval_cache_dir or s.cache_dir
+    gold, cache = s.eval.eval_gold, s.eval.eval_cache_dir or s.run.cache_dir
     if not gold or not Path(gold).is_file():
         raise InputError(f"--smoke: QUOTECITE_EVAL_GOLD must name the gold JSONL eval infer answers {QUESTIONS} "
                          f"questions of (got {str(gold or '') !r})")  # fmt: skip
@@ -150,11 +150,11 @@ def after(job, ex: Executor, rc: int, sampler: Proc | None) -> int:
 
 def infer(job, ex: Executor, adapter: Path) -> int:
     s, run = job.s, job.run_dir
-    py = list(s.infer_cmd or []) or [job.software.get("server_python", "python3"), "-m", "eval", "infer"]
-    gold = str(s.eval_gold or "GOLD.jsonl")
-    cache = str(s.eval_cache_dir or s.cache_dir or "CACHE_DIR")
+    py = list(s.eval.infer_cmd or []) or [job.software.get("server_python", "python3"), "-m", "eval", "infer"]
+    gold = str(s.eval.eval_gold or "GOLD.jsonl")
+    cache = str(s.eval.eval_cache_dir or s.run.cache_dir or "CACHE_DIR")
     out = run / "smoke_eval" / "predictions.jsonl"
-    argv = [*py, "--model", str(job.p["policy_model"]), "--lora", str(adapter), "--gold", gold, "--interface",
+    argv = [*py, "--model", str(job.p.policy_model), "--lora", str(adapter), "--gold", gold, "--interface",
             "language", "--cache-dir", cache, "--limit", str(QUESTIONS), "--out", str(out)]  # fmt: skip
     gpu = job.trainer_gpus.split(",")[0]
     ex.note(f"smoke: eval infer with the adapter of step {SMOKE_STEPS} on {QUESTIONS} questions (GPU {gpu})")
@@ -192,7 +192,7 @@ def estimates(job) -> Estimates:
         est.notes.append("launch.budget gpu: no GPU kind known (Slurm's gres or the NVIDIA driver)")
         return est
     try:
-        servers = budget_gpu.ServerPlan(s.judge_model, s.embed_model, s.judge_gpu_util, s.embed_gpu_util,
+        servers = budget_gpu.ServerPlan(s.models.judge_model, s.models.embed_model, s.servers.judge_gpu_util, s.servers.embed_gpu_util,
                                         len({(n, p) for _, n, p in lay.server_gpus()}), len(lay.judges))  # fmt: skip
         b = budget_gpu.estimate(budget_gpu.read_recipe(job.recipe, over, world), gpu, servers)
         est.gpu = f"{gpu.name} {gpu.gib:.0f} GiB"

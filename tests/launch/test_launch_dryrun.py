@@ -388,6 +388,33 @@ def test_local_run_starts_both_servers_with_vllm_flags_and_memory_shares_that_fi
     assert judge["gpu_memory_utilization"] + embed["gpu_memory_utilization"] <= 0.9
 
 
+def test_a_settings_file_and_set_options_reach_the_servers_the_job_starts(tmp_path):
+    # the layers over the environment (--config FILE, then --set) are what every step and child sees
+    conf = tmp_path / "settings.yaml"
+    conf.write_text("servers:\n  judge_gpu_util: 0.5\n  embed_max_model_len: 2048\n")
+    env = standin_env(tmp_path, max_steps=1, QUOTECITE_EMBED_MAX_MODEL_LEN="1024")
+    r = subprocess.run(["bash", GRPO, "--config", str(conf), "--set", "servers.judge_max_model_len=16384"], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    seg_dir = tmp_path / "run" / "segments" / segment(tmp_path / "run")["name"]
+    judge = json.loads((seg_dir / "judge.log").read_text().splitlines()[0])
+    embed = json.loads((seg_dir / "embed.log").read_text().splitlines()[0])
+    assert (judge["gpu_memory_utilization"], judge["max_model_len"]) == (0.5, 16384)  # file, --set
+    assert embed["max_model_len"] == 1024  # the environment over the file
+
+
+def test_eval_settings_from_a_file_and_set_options(tmp_path):
+    conf = tmp_path / "eval.yaml"
+    conf.write_text("eval:\n  eval_gold: /g.jsonl\n  eval_cache_dir: /cache\n")
+    out = dry_run(tmp_path, script=EVAL, args=("--config", str(conf), "--set", "eval.eval_step=7"))
+    infer = [c for c in plus_lines(out) if "infer" in c]
+    assert infer and all(c[c.index("--gold") + 1] == "/g.jsonl" for c in infer)
+    assert infer[1][infer[1].index("--lora") + 1] == f"{tmp_path}/run/checkpoints/global_step_7/actor/lora_adapter"
+    bad = subprocess.run(["bash", EVAL, "--dry-run", "--set", "eval.eval_stp=7"], env=base_env(tmp_path),
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 1 and "--set eval.eval_stp: not a setting (did you mean eval.eval_step?)" in bad.stderr
+
+
 @pytest.mark.parametrize(
     "flags,error",
     [

@@ -26,7 +26,14 @@ from launch.run_manifest import (
     update_manifest,
 )
 from launch.runlog import (
+    Start,
+    finish,
+    last_step,
     main,
+    plan_run,
+    prepare,
+    read_outage,
+    record_restart,
 )
 from launch.segments import (
     Segment,
@@ -324,47 +331,53 @@ def test_manifest_records_jobs_and_refuses_a_changed_recipe(tmp_path):
     assert man["jobs"][-1] == {"job_id": "3", "recipe_sha256": "bbb"}
 
 
-# --------------------------------------------------------------------------------------------- the CLI
-def test_prepare_and_finish_through_the_cli(tmp_path, capsys):
+# --------------------------------------------------------------------------------------------- the job's steps
+def test_prepare_and_finish_return_what_the_job_needs(tmp_path):
     run = tmp_path / "run"
     recipe = tmp_path / "r.yaml"
     recipe.write_text("trainer: {save_freq: 1}\n")
-    common = ["--run-dir", str(run), "--max-steps", "4", "--max-stalled", "2"]
-    assert main(["prepare", *common, "--job-id", "50", "--recipe", str(recipe), "--model", "judge=J"]) == 0
-    out = capsys.readouterr().out
-    assert "QC_ACTION=run\n" in out and "QC_SEGMENT=50-0\n" in out and "QC_RESUME_STEP=0\n" in out
+    common = {"max_steps": 4, "max_stalled": 2, "require_lora": True, "repo": REPO, "recipe": recipe}
+    start = prepare(run, "50", **common, models={"judge": "J"}, job_extra={"nodes": ["n1"]})
+    assert start == Start(action="run", message="starting from step 0", exit_code=0, resume_step=0, segment="50-0",
+                          segment_dir=run.resolve() / "segments" / "50-0")  # fmt: skip
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["models"] == {"judge": "J"} and man["jobs"][0]["nodes"] == ["n1"] and man["max_steps"] == 4
     write_step(run / "checkpoints", 2)
     write_tracker(run / "checkpoints", 2)
-    assert main(["finish", *common, "--segment", "50-0", "--status", "stopped", "--trainer-exit", ""]) == 0
-    out = capsys.readouterr().out
-    assert "QC_ACTION=continue\n" in out and "QC_END_STEP=2\n" in out
+    end = finish(run, "50-0", status="stopped", trainer_exit=None, message="", max_steps=4, max_stalled=2)
+    assert (end.action, end.exit_code, end.end_step) == ("continue", 0, 2)
+    assert end.logged_steps == 0 and end.missing_steps == (1, 2)  # checkpointed, never logged
     # a job that is killed without cleanup is closed by the next one
-    assert main(["prepare", *common, "--job-id", "51", "--recipe", str(recipe)]) == 0
-    capsys.readouterr()
+    assert prepare(run, "51", **common).resume_step == 2
     segs = load_segments(run)
     segs[-1].status = "running"
     save_segment(run, segs[-1])
-    assert main(["prepare", *common, "--job-id", "52", "--recipe", str(recipe)]) == 0
+    assert prepare(run, "52", **common).segment == "52-0"
     assert [(s.name, s.status, s.end_step) for s in load_segments(run)] == [
         ("50-0", "stopped", 2),
         ("51-0", "died", 2),
         ("52-0", "running", None),
     ]
-    assert main(["last-step", "--run-dir", str(run)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "2"
+    assert last_step(run) == 2
+    # a run that reached max_steps opens no segment, and the manifest records why
+    done = prepare(run, "53", **{**common, "max_steps": 2})
+    assert (done.action, done.segment, done.segment_dir, done.exit_code) == ("done", "", None, 0)
+    assert json.loads((run / "manifest.json").read_text())["jobs"][-1]["status"] == "done"
+    with pytest.raises(RunError, match="unknown segment status 'ok'"):
+        finish(run, "52-0", status="ok", trainer_exit=0, message="", max_steps=4, max_stalled=2)
+    with pytest.raises(RunError, match="no segment '9-0'"):
+        finish(run, "9-0", status="stopped", trainer_exit=0, message="", max_steps=4, max_stalled=2)
 
 
-def test_plan_cli_errors_name_the_recipe_setting(tmp_path, capsys):
+def test_plan_errors_name_the_recipe_setting(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("trainer: {save_freq: -1, max_steps: 4}\n")
-    assert main(["plan", "--recipe", str(recipe)]) == 2
-    assert "trainer.save_freq must be > 0" in capsys.readouterr().err
+    with pytest.raises(RunError, match=r"r\.yaml: trainer\.save_freq must be > 0"):
+        plan_run(recipe, "", "", REPO, [])
 
 
 # --------------------------------------------------------------------------------------------- paths, batches
-def test_plan_pins_the_recipes_relative_paths_and_tells_the_reward_its_batch_shape(tmp_path, capsys):
-    import shlex
-
+def test_plan_pins_the_recipes_relative_paths_and_tells_the_reward_its_batch_shape(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(
         "data: {format_prompt: ./recipes/prompts/language_interface.jinja, rollout_batch_size: 8}\n"
@@ -372,26 +385,32 @@ def test_plan_pins_the_recipes_relative_paths_and_tells_the_reward_its_batch_sha
         "worker: {reward: {reward_function: ./reward/quote_reward.py:compute_score}}\n"
         "trainer: {save_freq: 2, max_steps: 4}\n"
     )
-
-    def plan(*overrides: str) -> dict[str, str]:
-        assert main(["plan", "--recipe", str(recipe), "--repo", str(REPO), "--", *overrides]) == 0
-        return {k: v for k, _, v in (x.partition("=") for x in shlex.split(capsys.readouterr().out))}
-
-    v = plan()
-    assert v["QC_FORMAT_PROMPT_OVERRIDE"] == f"data.format_prompt={REPO}/recipes/prompts/language_interface.jinja"
-    assert v["QC_REWARD_FN_OVERRIDE"] == f"worker.reward.reward_function={REPO}/reward/quote_reward.py:compute_score"
-    assert v["QC_BATCH_GROUPS_OVERRIDE"] == "worker.reward.reward_function_kwargs.batch_groups=8"
-    assert v["QC_KEEP_BAND_OVERRIDE"] == "worker.reward.reward_function_kwargs.keep_band=[0.05,0.95]"
+    reward_fn = f"worker.reward.reward_function={REPO}/reward/quote_reward.py:compute_score"
+    plan = plan_run(recipe, "", "", REPO, [])
+    assert plan.path_overrides == (
+        f"data.format_prompt={REPO}/recipes/prompts/language_interface.jinja",
+        reward_fn,
+        "worker.reward.reward_function_kwargs.batch_groups=8",
+        "worker.reward.reward_function_kwargs.keep_band=[0.05,0.95]",
+    )
+    assert (plan.max_steps, plan.max_steps_from, plan.save_freq, plan.save_limit) == (4, "recipe trainer.max_steps", 2,
+                                                                                       None)  # fmt: skip
+    assert plan.require_lora is False and plan.logger_override == "trainer.logger=[console,file]"
     # a user's override is pinned too, and what the user sets for the reward is left alone
-    v = plan("data.format_prompt=recipes/prompts/other.jinja", "algorithm.online_filtering=false",
-             "worker.reward.reward_function_kwargs.batch_groups=4")  # fmt: skip
-    assert v["QC_FORMAT_PROMPT_OVERRIDE"] == f"data.format_prompt={REPO}/recipes/prompts/other.jinja"
-    assert v["QC_KEEP_BAND_OVERRIDE"] == "worker.reward.reward_function_kwargs.keep_band=null"  # every group trains
-    assert v["QC_BATCH_GROUPS_OVERRIDE"] == ""
+    plan = plan_run(recipe, "", "", REPO, ["data.format_prompt=recipes/prompts/other.jinja",
+                                           "algorithm.online_filtering=false",
+                                           "worker.reward.reward_function_kwargs.batch_groups=4",
+                                           "worker.actor.model.lora.rank=8", "trainer.logger=[console,file]"])  # fmt: skip
+    assert plan.path_overrides == (
+        f"data.format_prompt={REPO}/recipes/prompts/other.jinja",
+        reward_fn,
+        "worker.reward.reward_function_kwargs.keep_band=null",  # every group trains
+    )
+    assert plan.require_lora is True and plan.logger_override == ""
     # another reward function gets no quote_reward settings; an absolute path stays as it is
-    v = plan("worker.reward.reward_function=/opt/math.py:main")
-    assert v["QC_REWARD_FN_OVERRIDE"] == "worker.reward.reward_function=/opt/math.py:main"
-    assert v["QC_BATCH_GROUPS_OVERRIDE"] == v["QC_KEEP_BAND_OVERRIDE"] == ""
+    plan = plan_run(recipe, "7", "", REPO, ["worker.reward.reward_function=/opt/math.py:main"])
+    assert plan.path_overrides[1:] == ("worker.reward.reward_function=/opt/math.py:main",)
+    assert (plan.max_steps, plan.max_steps_from) == (7, "QUOTECITE_MAX_STEPS")
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -421,33 +440,31 @@ def test_merge_puts_each_training_batch_record_on_its_step(tmp_path):
     assert s.torn_lines == {"10-0": 1}
 
 
-def test_restarts_are_counted_in_the_segment_and_the_manifest(tmp_path, capsys):
+def test_restarts_are_counted_in_the_segment_and_the_manifest(tmp_path):
     run = tmp_path / "run"
     recipe = tmp_path / "r.yaml"
     recipe.write_text("trainer: {save_freq: 1}\n")
-    common = ["--run-dir", str(run), "--max-steps", "4"]
-    assert main(["prepare", *common, "--job-id", "60", "--recipe", str(recipe)]) == 0
-    capsys.readouterr()
+    prepare(run, "60", max_steps=4, max_stalled=3, require_lora=True, repo=REPO, recipe=recipe)
     for what in ("judge", "judge", "embed"):
-        assert main(["restart", "--run-dir", str(run), "--segment", "60-0", "--what", what, "--reason", "x"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "QC_RUN_RESTARTS=embed=1,judge=2"
+        totals = record_restart(run, "60-0", what, "x")
+    assert totals == {"judge": 2, "embed": 1}
     (seg,) = load_segments(run)
     assert seg.extra["restarts"] == {"judge": 2, "embed": 1} and len(seg.extra["restart_log"]) == 3
     man = json.loads((run / "manifest.json").read_text())
     assert man["restarts"] == {"judge": 2, "embed": 1} and man["jobs"][0]["restarts"] == {"judge": 2, "embed": 1}
-    assert main(["restart", "--run-dir", str(run), "--segment", "60-9", "--what", "judge"]) == 2
-    assert "no segment '60-9'" in capsys.readouterr().err
+    with pytest.raises(RunError, match="no segment '60-9'"):
+        record_restart(run, "60-9", "judge")
+    with pytest.raises(RunError, match="unknown restart kind 'reward'"):
+        record_restart(run, "60-0", "reward")
     # a trainer that stopped on an outage: the segment's status says so and the chain restarts in the same job
-    assert main(["finish", *common, "--segment", "60-0", "--status", "outage", "--message", "judge down"]) == 0
-    assert "QC_ACTION=restart\n" in capsys.readouterr().out
+    end = finish(run, "60-0", status="outage", trainer_exit=1, message="judge down", max_steps=4, max_stalled=3)
+    assert end.action == "restart" and load_segments(run)[0].status == "outage"
 
 
-def test_outage_command_reads_the_rewards_report(tmp_path, capsys):
-    assert main(["outage", "--segment-dir", str(tmp_path)]) == 0
-    assert capsys.readouterr().out == "QC_OUTAGE=0\nQC_OUTAGE_MESSAGE=''\n"
-    (tmp_path / "server_outage.json").write_text(json.dumps({"message": "judge at http://h:1/v1 is down"}))
-    assert main(["outage", "--segment-dir", str(tmp_path)]) == 0
-    assert capsys.readouterr().out == "QC_OUTAGE=1\nQC_OUTAGE_MESSAGE='judge at http://h:1/v1 is down'\n"
+def test_read_outage_reads_the_rewards_report(tmp_path):
+    assert read_outage(tmp_path) is None
+    (tmp_path / "server_outage.json").write_text(json.dumps({"message": "judge at http://h:1/v1\n is down"}))
+    assert read_outage(tmp_path) == "judge at http://h:1/v1 is down"  # one line
 
 
 def synthetic_run_log(path: Path, steps: int = 12) -> None:
@@ -500,15 +517,14 @@ def test_plot_turns_the_run_log_into_one_self_contained_html_page(tmp_path, caps
                                  '{"last_global_step": 1e999}', '{"last_global_step": "7"}',
                                  '{"last_global_step": true}', "[3]", '{"last_global_step": 3',
                                  '{"last_global_step": NaN}', "\xff"])  # fmt: skip
-def test_a_tracker_without_a_whole_step_is_corrupt_never_a_step(tmp_path, raw, capsys):
+def test_a_tracker_without_a_whole_step_is_corrupt_never_a_step(tmp_path, raw):
     ckpt = tmp_path / "run" / "checkpoints"
     ckpt.mkdir(parents=True)
     write_step(ckpt, 2)
     (ckpt / CHECKPOINT_TRACKER).write_bytes(raw.encode("utf-8", "surrogateescape") if raw != "\xff" else b"\xff")
     point = find_resume_point(ckpt)
     assert point.tracker_step is None and point.step == 2  # the folders decide; the tracker's value is not used
-    assert main(["last-step", "--run-dir", str(tmp_path / "run")]) == 0
-    assert capsys.readouterr().out.strip() == "0"
+    assert last_step(tmp_path / "run") == 0
 
 
 def test_merge_of_a_misspelt_run_folder_is_an_error_and_creates_nothing(tmp_path, capsys):

@@ -3,6 +3,7 @@ every problem at once, templates, the hand-off to the next job, the tables and t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -69,9 +70,9 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def problems(env: dict[str, str], repo: Path = REPO, readers: set[str] | None = None) -> list[str]:
+def problems(env: dict[str, str], repo: Path = REPO, readers: set[str] | None = None, **layers) -> list[str]:
     with pytest.raises(SettingsError) as e:
-        resolve(env, repo, readers)
+        resolve(env, repo, readers, **layers)
     return e.value.problems
 
 
@@ -90,7 +91,7 @@ def test_every_name_used_in_the_repository_is_a_setting():
 
 
 def _short_name_uses() -> set[str]:
-    """Short names read as attributes (``s.health_timeout``) in launch modules that import the settings."""
+    """Short names read as attributes (``s.servers.health_timeout``) in launch modules that import the settings."""
     out: set[str] = set()
     for path in sorted((REPO / "launch").glob("*.py")):
         if path.relative_to(REPO) in NOT_SCANNED:
@@ -150,17 +151,31 @@ def test_every_default_parses_with_its_own_validator(tmp_path):
 
 def test_the_shared_defaults_are_typed(tmp_path):
     s = resolve({}, tmp_path)
-    assert s.health_timeout == 1800.0 and isinstance(s.health_timeout, float)
-    assert (s.judge_port, s.embed_port, s.ray_port) == (8000, 8001, 6379)
-    assert (s.judge_gpu_util, s.embed_gpu_util) == (0.55, 0.25)
-    assert (s.judge_max_model_len, s.embed_max_model_len) == (32768, 8192)
-    assert (s.judge_model, s.embed_model) == (JUDGE_MODEL, EMBED_MODEL) == ("Qwen/Qwen3.5-9B",
+    assert s.servers.health_timeout == 1800.0 and isinstance(s.servers.health_timeout, float)
+    assert (s.servers.judge_port, s.servers.embed_port, s.ray.ray_port) == (8000, 8001, 6379)
+    assert (s.servers.judge_gpu_util, s.servers.embed_gpu_util) == (0.55, 0.25)
+    assert (s.servers.judge_max_model_len, s.servers.embed_max_model_len) == (32768, 8192)
+    assert (s.models.judge_model, s.models.embed_model) == (JUDGE_MODEL, EMBED_MODEL) == ("Qwen/Qwen3.5-9B",
                                                                             "Qwen/Qwen3-VL-Embedding-2B")  # fmt: skip
-    assert (s.chain, s.preflight, s.env_setup, s.allow_recipe_change) == (True, True, True, False)
-    assert (s.max_restarts, s.max_server_restarts, s.max_stalled_jobs) == (3, 5, 3)
-    assert (s.stop_grace, s.poll_seconds, s.trainer_stop) == (3000.0, 5.0, "checkpoint")
-    assert (s.serve_gpus, s.judge_replicas, s.train_gpus_per_node, s.max_steps) == (1, 1, None, None)
-    assert s.flash_attn == "flash-attn==2.8.3" and s.easyr1_commit == "b44b311" and s.vllm_server == "0.32.0"
+    assert (s.chain.chain, s.run.preflight, s.software.env_setup, s.run.allow_recipe_change) == (
+        True,
+        True,
+        True,
+        False,
+    )
+    assert (s.run.max_restarts, s.servers.max_server_restarts, s.chain.max_stalled_jobs) == (3, 5, 3)
+    assert (s.run.stop_grace, s.run.poll_seconds, s.run.trainer_stop) == (3000.0, 5.0, "checkpoint")
+    assert (s.layout.serve_gpus, s.layout.judge_replicas, s.layout.train_gpus_per_node, s.run.max_steps) == (
+        1,
+        1,
+        None,
+        None,
+    )
+    assert (
+        s.software.flash_attn == "flash-attn==2.8.3"
+        and s.software.easyr1_commit == "b44b311"
+        and s.software.vllm_server == "0.32.0"
+    )
     assert s.source("QUOTECITE_HEALTH_TIMEOUT") == s.source("health_timeout") == "default"
 
 
@@ -276,13 +291,13 @@ def test_an_unknown_variable_is_a_problem_with_a_suggestion():
         "QUOTECITE_ZZZ is not a setting; `python -m launch.settings` lists them",
     ]
     # other variables are none of our business
-    assert resolve({"SLURM_JOB_ID": "7", "QUOTECITEX": "1", "PATH": "/bin"}, REPO).max_steps is None
+    assert resolve({"SLURM_JOB_ID": "7", "QUOTECITEX": "1", "PATH": "/bin"}, REPO).run.max_steps is None
 
 
 def test_an_empty_variable_means_unset_except_where_empty_is_a_value(tmp_path):
     s = resolve({"QUOTECITE_HEALTH_TIMEOUT": "", "QUOTECITE_MAX_STEPS": "", "QUOTECITE_FLASH_ATTN": ""}, tmp_path)
-    assert (s.health_timeout, s.source("health_timeout"), s.max_steps) == (1800.0, "default", None)
-    assert s.flash_attn == "" and s.source("flash_attn") == "environment"
+    assert (s.servers.health_timeout, s.source("health_timeout"), s.run.max_steps) == (1800.0, "default", None)
+    assert s.software.flash_attn == "" and s.source("flash_attn") == "environment"
 
 
 def test_environment_values_are_typed(tmp_path):
@@ -292,28 +307,35 @@ def test_environment_values_are_typed(tmp_path):
         "QUOTECITE_NODE_GPUS": "8(x2),4", "QUOTECITE_RUN_DIR": "runs/r1", "QUOTECITE_JUDGE_PORT": "0",
         "QUOTECITE_STANDIN_SLOW_SAVE": "2:1.5",
     }, tmp_path)  # fmt: skip
-    assert (s.health_timeout, s.max_steps, s.chain, s.judge_port) == (30.0, 12, False, 0)
-    assert s.judge_url == ["http://a:8000/v1", "http://b:8002/v1"]
-    assert s.judge_args == ["--x", "a b", "--y"] and s.node_gpus == [8, 8, 4]
-    assert s.run_dir == Path("runs/r1") and s.standin_slow_save == (2, 1.5)
+    assert (s.servers.health_timeout, s.run.max_steps, s.chain.chain, s.servers.judge_port) == (30.0, 12, False, 0)
+    assert s.servers.judge_url == ["http://a:8000/v1", "http://b:8002/v1"]
+    assert s.servers.judge_args == ["--x", "a b", "--y"] and s.layout.node_gpus == [8, 8, 4]
+    assert s.run.run_dir == Path("runs/r1") and s.test.standin_slow_save == (2, 1.5)
     assert s.source("QUOTECITE_MAX_STEPS") == "environment" and s.source("QUOTECITE_STOP_GRACE") == "default"
 
 
 # ------------------------------------------------------------------------------------------------ templates
 def test_repo_and_cross_setting_templates(tmp_path):
     s = resolve({}, tmp_path)
-    assert s.repo == tmp_path and s.run_dir == tmp_path / "runs" / "qwen3vl_8b_grpo"
-    assert s.ckpt_dir == tmp_path / "runs" / "qwen3vl_8b_grpo" / "checkpoints"
-    assert s.env_root == tmp_path / ".venv-gpu" and s.prep_log_dir == tmp_path / "data" / "longdocurl" / "logs"
+    assert s.run.repo == tmp_path and s.run.run_dir == tmp_path / "runs" / "qwen3vl_8b_grpo"
+    assert s.run.ckpt_dir == tmp_path / "runs" / "qwen3vl_8b_grpo" / "checkpoints"
+    assert (
+        s.software.env_root == tmp_path / ".venv-gpu"
+        and s.prep.prep_log_dir == tmp_path / "data" / "longdocurl" / "logs"
+    )
     # a default that names an unset setting is unset
-    assert s.cache_dir is None and s.train_files is None and s.text("QUOTECITE_CACHE_DIR") is None
+    assert s.run.cache_dir is None and s.run.train_files is None and s.text("QUOTECITE_CACHE_DIR") is None
     s = resolve({"QUOTECITE_DATA_DIR": "/d", "QUOTECITE_PREP_SHARDS": "3", "QUOTECITE_RUN_DIR": "/r",
                  "QUOTECITE_PREP_OUT": "/p"}, tmp_path)  # fmt: skip
-    assert (s.cache_dir, s.source("cache_dir"), s.train_files) == (Path("/d/cache"), "default", "/d/train.parquet")
-    assert (s.prep_tasks, s.ckpt_dir, s.prep_log_dir) == ("1-3", Path("/r/checkpoints"), Path("/p/logs"))
+    assert (s.run.cache_dir, s.source("cache_dir"), s.run.train_files) == (
+        Path("/d/cache"),
+        "default",
+        "/d/train.parquet",
+    )
+    assert (s.prep.prep_tasks, s.run.ckpt_dir, s.prep.prep_log_dir) == ("1-3", Path("/r/checkpoints"), Path("/p/logs"))
     # set explicitly, the setting wins over its template
     s = resolve({"QUOTECITE_DATA_DIR": "/d", "QUOTECITE_CACHE_DIR": "/c"}, tmp_path)
-    assert (s.cache_dir, s.source("cache_dir")) == (Path("/c"), "environment")
+    assert (s.run.cache_dir, s.source("cache_dir")) == (Path("/c"), "environment")
 
 
 def test_a_template_over_a_bad_setting_is_reported_once(tmp_path):
@@ -330,10 +352,11 @@ def test_a_default_built_from_a_bad_value_names_where_it_came_from(tmp_path):
 
 def test_readers_choose_what_is_resolved_but_every_set_variable_is_checked(tmp_path):
     s = resolve({"QUOTECITE_JUDGE_URL": "http://j:1/v1"}, tmp_path, readers={"reward"})
-    assert s.judge_url == ["http://j:1/v1"] and s.ckpt_dir == tmp_path / "runs/qwen3vl_8b_grpo/checkpoints"
-    assert s.run_dir == tmp_path / "runs/qwen3vl_8b_grpo"  # named by CKPT_DIR's default
-    with pytest.raises(AttributeError, match="not resolved"):
-        _ = s.health_timeout
+    assert s.servers.judge_url == ["http://j:1/v1"] and s.run.ckpt_dir == tmp_path / "runs/qwen3vl_8b_grpo/checkpoints"
+    assert s.run.run_dir == tmp_path / "runs/qwen3vl_8b_grpo"  # named by CKPT_DIR's default
+    with pytest.raises(KeyError):  # not read: not in the provenance, the field keeps its default
+        s.source("health_timeout")
+    assert s.servers.health_timeout == 1800.0
     assert all("reward" in st.reader_set or st.name == "QUOTECITE_RUN_DIR" for st, _, _ in s.items())
     assert problems({"QUOTECITE_HEALTH_TIMEOUT": "soon"}, tmp_path, readers={"reward"}) == [
         "QUOTECITE_HEALTH_TIMEOUT='soon': expected a number, got 'soon'"
@@ -342,12 +365,12 @@ def test_readers_choose_what_is_resolved_but_every_set_variable_is_checked(tmp_p
         resolve({}, tmp_path, readers={"trainer"})
 
 
-def test_settings_are_read_only_and_misspelt_attributes_suggest(tmp_path):
+def test_settings_are_read_only(tmp_path):
     s = resolve({}, tmp_path)
-    with pytest.raises(AttributeError, match="did you mean 'health_timeout'"):
-        _ = s.helth_timeout
-    with pytest.raises(AttributeError, match="read-only"):
-        s.max_steps = 3
+    with pytest.raises(AttributeError):
+        _ = s.servers.helth_timeout
+    with pytest.raises(AttributeError):  # frozen
+        s.run.max_steps = 3  # type: ignore[misc]
     with pytest.raises(KeyError):
         s.source("QUOTECITE_NOPE")
 
@@ -382,7 +405,7 @@ def test_render_help_groups_every_user_setting_and_keeps_the_test_knobs_apart():
     assert [line.split(":")[0] for line in test.splitlines() if re.match(r"^[a-z]+: ", line)] == ["test"]
     assert "QUOTECITE_STANDIN_GATE" in test and "QUOTECITE_BENCH_OUT" in test
     row = next(line for line in out.splitlines() if line.startswith("  QUOTECITE_HEALTH_TIMEOUT "))
-    assert row.split()[1:3] == ["1800", "s"] and row.endswith("how long each server may take to answer /health")
+    assert row.split()[1:3] == ["1800", "s"] and row.endswith("How long each server may take to answer /health.")
 
 
 def test_render_markdown_has_one_row_per_setting():
@@ -447,3 +470,89 @@ def test_extra_server_flags_never_contradict_what_the_launch_sets(tmp_path, name
     with pytest.raises(InputError, match=name):
         settings.resolve({name: flags}, tmp_path)
     assert settings.resolve({name: "--max-num-seqs 8"}, tmp_path).text(name) == "--max-num-seqs 8"
+
+
+# ------------------------------------------------------------------------------------------------ the typed object
+def test_every_field_is_typed_has_one_default_and_a_docstring():
+    for group in dataclasses.fields(Settings):
+        if group.name == "provenance":
+            continue
+        cls = group.default_factory
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, group.name
+        for f in dataclasses.fields(cls):
+            row = BY_NAME["QUOTECITE_" + f.name.upper()]
+            assert row.group == group.name and row.help, f.name
+            # the field's typed default is its text default parsed (None where the default is a template or unset)
+            typed = getattr(cls(), f.name)
+            if row.default is None or "{" in row.default:
+                assert typed is None, f.name
+            else:
+                assert typed == row.parse(row.default), f.name
+    assert Settings().servers.judge_port == 8000 and Settings().run.preflight is True
+    assert Settings().servers.judge_args is not Settings().servers.judge_args or Settings().servers.judge_args is None
+
+
+def _yaml(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "settings.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_layers_defaults_file_environment_command_line(tmp_path):
+    f = _yaml(tmp_path, "servers:\n  judge_port: 8010\n  embed_port: 8011\n  health_timeout: 60\n"
+                        "  judge_args: [--max-num-seqs, '8 8']\nrun:\n  preflight: false\n"
+                        "layout:\n  node_addresses: {gpu01: 10.0.0.1}\n")  # fmt: skip
+    env = {"QUOTECITE_EMBED_PORT": "8021", "QUOTECITE_HEALTH_TIMEOUT": "70"}
+    s = resolve(env, tmp_path, file=f, sets=["servers.health_timeout=80", "max_steps=5"])
+    assert (s.servers.judge_port, s.source("judge_port")) == (8010, "file")
+    assert (s.servers.embed_port, s.source("embed_port")) == (8021, "environment")
+    assert (s.servers.health_timeout, s.source("health_timeout")) == (80.0, "command line")
+    assert (s.run.max_steps, s.source("QUOTECITE_MAX_STEPS")) == (5, "command line")
+    assert s.servers.judge_args == ["--max-num-seqs", "8 8"] and s.run.preflight is False
+    assert s.layout.node_addresses == {"gpu01": "10.0.0.1"}
+    assert (s.servers.health_poll, s.source("health_poll")) == (2.0, "default")
+    # what a child would not see in the environment, as text that resolves back to the same values
+    handed = s.env(("file", "command line"))
+    assert "QUOTECITE_EMBED_PORT" not in handed and handed["QUOTECITE_HEALTH_TIMEOUT"] == "80"
+    again = resolve({**env, **handed}, tmp_path)
+    for name in handed:
+        assert again.value(name) == s.value(name), name
+    # QUOTECITE_CONFIG names the file as well
+    assert resolve({"QUOTECITE_CONFIG": str(f)}, tmp_path).servers.judge_port == 8010
+
+
+def test_a_settings_file_names_each_wrong_key_and_value(tmp_path):
+    f = _yaml(tmp_path, "server:\n  judge_port: 1\nservers:\n  judge_prt: 1\n  run_dir: x\n  health_timeout: -1\n"
+                        "  judge_url: {a: 1}\nrun:\n  config: other.yaml\n")  # fmt: skip
+    got = problems({}, tmp_path, file=f)
+    assert got == [
+        f"settings file {f}: 'server' is not a group (did you mean servers?) (groups: {', '.join(GROUPS)})",
+        f"settings file {f}: servers.judge_prt is not a setting (did you mean judge_port?)",
+        f"settings file {f}: servers.run_dir is not a setting (run_dir is in group run)",
+        f"settings file {f}: servers.judge_url: expected a URLs value, got a dict",
+        f"settings file {f}: run.config cannot be set in a settings file",
+        f"QUOTECITE_HEALTH_TIMEOUT='-1' (from {f}): expected a number > 0, got '-1'",
+    ]
+    assert problems({}, tmp_path, file=tmp_path / "nope.yaml")[0].startswith(f"settings file {tmp_path / 'nope.yaml'}")
+    assert problems({}, tmp_path, file=_yaml(tmp_path, "- a\n- b\n")) == [
+        f"settings file {tmp_path / 'settings.yaml'}: expected groups of settings ({', '.join(GROUPS)}), got a list"
+    ]
+    assert resolve({}, tmp_path, file=_yaml(tmp_path, "")).source("judge_port") == "default"
+
+
+def test_set_options_name_each_wrong_key(tmp_path):
+    assert problems({}, tmp_path, sets=["servers.judge_port=abc", "servers.judge_prt=1", "nokey"]) == [
+        "--set servers.judge_prt: not a setting (did you mean servers.judge_port?); `python -m launch.settings` lists them",
+        "--set 'nokey': expected KEY=VALUE (KEY as group.field, e.g. servers.judge_port)",
+        "QUOTECITE_JUDGE_PORT='abc' (from --set): expected an integer, got 'abc'",
+    ]
+    assert resolve({}, tmp_path, sets=["QUOTECITE_CHAIN=0"]).chain.chain is False
+
+
+def test_cli_show_takes_the_file_and_set_layers(tmp_path):
+    f = _yaml(tmp_path, "servers:\n  judge_port: 8010\n")
+    r = subprocess.run([PY, "-m", "launch.settings", "show", "--config", str(f), "--set", "ray.ray_port=7000"],
+                       cwd=REPO, env=clean_env(), capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^QUOTECITE_JUDGE_PORT +=  ?8010 \(file\)$", r.stdout, re.M), r.stdout
+    assert re.search(r"^QUOTECITE_RAY_PORT +=  ?7000 \(command line\)$", r.stdout, re.M)
