@@ -537,12 +537,12 @@ class GpuBudget:
 class ServerPlan:
     """The judge and embedder servers: their models, memory shares and how many GPUs they spread over."""
 
-    judge_model: str = settings.JUDGE_MODEL
-    embed_model: str = settings.EMBED_MODEL
-    judge_util: float = float(settings.BY_NAME["QUOTECITE_JUDGE_GPU_UTIL"].default or 0.55)
-    embed_util: float = float(settings.BY_NAME["QUOTECITE_EMBED_GPU_UTIL"].default or 0.25)
-    serve_gpus: int = 1
-    judge_replicas: int = 1
+    judge_model: str = settings.Models().judge_model
+    embed_model: str = settings.Models().embed_model
+    judge_util: float = settings.Servers().judge_gpu_util
+    embed_util: float = settings.Servers().embed_gpu_util
+    serve_gpus: int = settings.Layout().serve_gpus
+    judge_replicas: int = settings.Layout().judge_replicas
 
     def gpus(self) -> list[list[tuple[str, str, float]]]:
         """Per serving GPU, its servers as (name, model, share): judge replica i on GPU i, the embedder on the last

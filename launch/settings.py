@@ -34,6 +34,7 @@ import dataclasses
 import difflib
 import inspect
 import ipaddress
+import json
 import os
 import re
 import shlex
@@ -955,6 +956,19 @@ def render_markdown(test: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_yaml() -> str:
+    """A settings file (``--config``) to start from: every user setting by group, its help, then the setting with its
+    default, commented out (a file of the defaults would pin them against a later release's)."""
+    lines = ["# quotecite launch settings: --config FILE (or QUOTECITE_CONFIG); the environment and --set override it.",
+             "# Uncomment and change what you need; `python -m launch.settings show --config FILE` checks it."]  # fmt: skip
+    for group in _groups(test=False):
+        lines += ["", f"{group}:  # {GROUPS[group]}"]
+        for s in (s for s in SETTINGS if s.group == group):
+            lines.append(f"  # {s.help}" + (f" [{s.unit}]" if s.unit else ""))
+            lines.append(f"  # {s.short}: {json.dumps(s.default) if s.default is not None else 'null'}")
+    return "\n".join(lines) + "\n"
+
+
 def render_resolved(s: Settings) -> str:
     """``NAME = value (source)`` for every resolved setting."""
     items = s.items()
@@ -980,11 +994,10 @@ def add_layer_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.settings", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", nargs="?", default="table", choices=("table", "markdown", "show", "shell", "check"),
-                        help="table (default): every setting; markdown: the same for the documentation; show: the values "
-                        "this environment resolves to; shell NAME...: those values as bash assignments (the "
-                        "scripts' defaults come from here)")  # fmt: skip
-    parser.add_argument("names", nargs="*", help="shell: the settings to print (QUOTECITE_...)")
+    parser.add_argument("what", nargs="?", default="table", choices=("table", "markdown", "yaml", "show"),
+                        help="table (default): every setting; markdown: the same for the documentation; yaml: a "
+                        "settings file of every default to start from (--config); show: the values these layers "
+                        "resolve to")  # fmt: skip
     parser.add_argument("--test", action="store_true",
                         help="table, markdown: the tests', CI's and benchmarks' knobs instead of the user's settings")  # fmt: skip
     add_layer_arguments(parser)
@@ -995,6 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(render_help(args.test))
     elif args.what == "markdown":
         sys.stdout.write(render_markdown(args.test))
+    elif args.what == "yaml":
+        sys.stdout.write(render_yaml())
     else:
         readers = None if args.readers is None else {r.strip() for r in args.readers.split(",") if r.strip()}
         if readers is not None and not readers <= set(READERS):
@@ -1004,17 +1019,6 @@ def main(argv: list[str] | None = None) -> int:
         except SettingsError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        if args.what == "check":  # the scripts' first step: every setting they read, checked (errors above)
-            return 0
-        if args.what == "shell":
-            known = {x.name for x in SETTINGS}
-            bad = [n for n in args.names if n not in known]
-            if bad:
-                print(f"error: not a setting: {', '.join(bad)}", file=sys.stderr)
-                return 2
-            for n in args.names:
-                print(f"{n}={shlex.quote(s.text(n) or '')}")
-            return 0
         sys.stdout.write(render_resolved(s))
     return 0
 

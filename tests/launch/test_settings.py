@@ -556,3 +556,21 @@ def test_cli_show_takes_the_file_and_set_layers(tmp_path):
     assert r.returncode == 0, r.stderr
     assert re.search(r"^QUOTECITE_JUDGE_PORT +=  ?8010 \(file\)$", r.stdout, re.M), r.stdout
     assert re.search(r"^QUOTECITE_RAY_PORT +=  ?7000 \(command line\)$", r.stdout, re.M)
+
+
+def test_the_yaml_template_lists_every_user_setting_and_uncommented_gives_the_defaults(tmp_path):
+    out = settings.render_yaml()
+    user = [s for s in SETTINGS if s.group != "test"]
+    assert [ln.split(":")[0].strip("# ") for ln in out.splitlines() if re.match(r"^  # [a-z0-9_]+: ", ln)] == [
+        s.short for s in user
+    ]
+    # uncomment every setting with a fixed default: the file resolves to exactly the defaults
+    fixed = {s.short for s in user if s.default is not None and "{" not in s.default}
+    body = "\n".join(ln.replace("  # ", "  ", 1) if ln.startswith("  # ") and ln[4:].split(":")[0] in fixed else ln
+                     for ln in out.splitlines())  # fmt: skip
+    f = tmp_path / "defaults.yaml"
+    f.write_text(body)
+    s, d = resolve({}, tmp_path, file=f), resolve({}, tmp_path)
+    assert sum(1 for n in s.provenance if s.source(n) == "file") == len(fixed)
+    for setting in user:
+        assert s.value(setting.name) == d.value(setting.name), setting.name
