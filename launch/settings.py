@@ -947,12 +947,13 @@ def _md(cell: str) -> str:
 
 
 def render_markdown(test: bool = False) -> str:
-    """The same table in markdown, one row per setting (docs/settings.md, generated at build time)."""
-    lines = ["| setting | default | unit | group | help |", "|---|---|---|---|---|"]
+    """The same table in markdown, one row per setting (docs/settings.md, generated at build time); the key column
+    is the setting's name in a settings file (group, field) and in ``--set``."""
+    lines = ["| setting | default | unit | key (--config, --set) | help |", "|---|---|---|---|---|"]
     for group in _groups(test):
         for s in (s for s in SETTINGS if s.group == group):
             d = "" if s.default is None else f"`{_md(s.default) or chr(34) * 2}`"
-            lines.append(f"| `{s.name}` | {d} | {_md(s.unit)} | {group} | {_md(s.help)} |")
+            lines.append(f"| `{s.name}` | {d} | {_md(s.unit)} | `{s.key}` | {_md(s.help)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -413,11 +413,11 @@ def test_render_markdown_has_one_row_per_setting():
     rows = [line for line in out.splitlines() if line.startswith("| `QUOTECITE_")]
     test_rows = [line for line in test.splitlines() if line.startswith("| `QUOTECITE_")]
     assert len(rows) == len(out.splitlines()) - 2 and len(test_rows) == len(test.splitlines()) - 2
-    assert len(rows) + len(test_rows) == len(SETTINGS) and all(" | test | " in row for row in test_rows)
-    assert not any(" | test | " in row for row in rows)
+    assert len(rows) + len(test_rows) == len(SETTINGS) and all(" | `test." in row for row in test_rows)
+    assert not any(" | `test." in row for row in rows)
     for row in rows:
         assert len(re.split(r"(?<!\\)\|", row)) == 7, row  # five cells
-    assert "| `QUOTECITE_JUDGE_MODEL` | `Qwen/Qwen3.5-9B` | model id | models |" in out
+    assert "| `QUOTECITE_JUDGE_MODEL` | `Qwen/Qwen3.5-9B` | model id | `models.judge_model` |" in out
 
 
 def test_render_resolved(tmp_path):
