@@ -29,7 +29,6 @@ if __name__ == "__main__" and not __package__:  # run by its path: its imports n
 
 import argparse
 import ast
-import copy
 import dataclasses
 import difflib
 import inspect
@@ -317,9 +316,7 @@ def opt(default: str | None, parse: Callable[[str], Any], unit: str, readers: st
     from :data:`READERS`); ``empty``: the empty string is a value, not "unset"."""
     typed = None if default is None or _TEMPLATE.search(default) else parse(default)
     meta = {"default": default, "parse": parse, "unit": unit, "readers": readers, "empty": empty}
-    if isinstance(typed, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(typed), metadata=meta)
-    return field(default=typed, metadata=meta)
+    return field(default=typed, metadata=meta)  # a list default would need a factory: dataclass refuses it at import
 
 
 # fmt: off
