@@ -1,19 +1,7 @@
-"""The evaluation and data-prep Slurm programs, with the training job's executors (:mod:`launch.executor`).
-
-``launch/eval_8b.sh`` and ``launch/prep_array.sh`` are their ``#SBATCH`` header, their help block and one line,
-``python -m launch.arrays eval|prep SCRIPT [--dry-run | --help]``; the dry run walks the same code with the printing
-executor. What each does, and its settings, is the help block of its script (``--help`` prints it).
-
-- ``eval``: one job (judge and embedder on the last GPU, base and base + adapter inference on the other two in
-  parallel, then ``eval resolve`` and ``eval score`` for both), or, with ``QUOTECITE_EVAL_SHARDS=N``, an inference
-  array of N tasks and a scoring job after it (``QUOTECITE_EVAL_PHASE``: which one this is).
-- ``prep``: a ``data_prep longdocurl --shard I/N`` array and a ``--finalize`` job after it
-  (``QUOTECITE_PREP_PHASE``).
-
-Both submit from a login node with ``sbatch --parsable`` (without this shell's ``SLURM_*`` variables or GPU list),
-the second job ``--dependency=afterok:<array> --kill-on-invalid-dep=yes``; the jobs they submit run this same
-script. Errors name the setting or input and end the program with status 1 (the last lines of the logs shown).
-"""
+"""The evaluation and data-prep Slurm programs: ``launch/eval_8b.sh`` and ``launch/prep_array.sh`` run
+``python -m launch.arrays eval|prep SCRIPT [--dry-run | --help]``. What each does and its settings: the script's help
+block (``--help``) and docs/cluster.md. The dry run walks the same code with the printing executor of the training
+job (:mod:`launch.executor`). Errors name the setting or input and end the program with status 1."""
 
 from __future__ import annotations
 
@@ -21,6 +9,7 @@ if __name__ == "__main__" and not __package__:  # run by its path: its imports n
     raise SystemExit("error: run this from the repository as: python -m launch.arrays")
 
 import argparse
+import contextlib
 import os
 import re
 import shlex
@@ -29,18 +18,19 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from launch import settings
+from launch import settings, setup
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import PORT_TOKEN
 from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, server_argv, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
+GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")
 
 
 class Fail(Exception):
@@ -57,31 +47,50 @@ def help_text(script: Path) -> str:
     return "".join(re.sub(r"^# ?", "", line) + "\n" for line in block.splitlines())
 
 
-def gpu_split(n_first: int, n_second: int, environ: dict[str, str]) -> tuple[list[str], list[str]]:
-    """The job's GPUs (Slurm's ``CUDA_VISIBLE_DEVICES`` when set, else 0..N-1): the first ``n_first``, the next
-    ``n_second``."""
+def stamp(job_id: str, msg: str) -> str:
+    return f"[{datetime.now():%Y-%m-%d %H:%M:%S}] [quotecite {job_id}] {msg}"
+
+
+def job_gpus(environ: dict[str, str], need: int) -> list[str]:
+    """The job's first ``need`` GPUs: those of ``CUDA_VISIBLE_DEVICES`` (Slurm's) when set, else 0..need-1."""
     given = environ.get("CUDA_VISIBLE_DEVICES", "")
-    gpus = [g for g in given.split(",") if g.strip()] if given else [str(i) for i in range(n_first + n_second)]
-    if len(gpus) < n_first + n_second:
-        raise Fail(f"this job sees {len(gpus)} GPU(s) (CUDA_VISIBLE_DEVICES={given or 'unset'}), needs "
-                   f"{n_first + n_second}")  # fmt: skip
-    return gpus[:n_first], gpus[n_first : n_first + n_second]
+    gpus = [g for g in given.split(",") if g.strip()] if given else [str(i) for i in range(need)]
+    if len(gpus) < need:
+        raise Fail(f"this job sees {len(gpus)} GPU(s) (CUDA_VISIBLE_DEVICES={given or 'unset'}), needs {need}")
+    return gpus[:need]
+
+
+def read_port(port_file: Path) -> int:
+    try:
+        return int(port_file.read_text().strip())
+    except (OSError, ValueError):
+        return 0
 
 
 class Program:
-    """What both programs share: the executor, the log, the processes to stop, the submission of two jobs."""
+    """What both programs share: the log, the processes to stop, and the array of shards with its final job.
 
-    def __init__(self, dry: bool, s: settings.Settings, job_id: str, run_dir: Path | None = None) -> None:
-        self.s, self.dry, self.job_id, self.run_dir = s, dry, job_id, run_dir
+    A subclass names its settings (``QUOTECITE_{KIND}_...``), its script, its two phases (the array tasks', the final
+    job's; also their log names) and what a task and the final job run (``run_*``) or print (``plan_*``).
+    """
+
+    KIND, SCRIPT, PHASES = "", "", ("", "")
+    GPUS: tuple[list[str], list[str]] = ([], [])  # sbatch options of an array task, of the final job
+
+    def __init__(self, dry: bool, s: settings.Settings, environ: dict[str, str], run_dir: Path | None = None) -> None:
+        self.s, self.dry, self.environ, self.run_dir = s, dry, environ, run_dir
+        self.task = environ.get("SLURM_ARRAY_TASK_ID", "")
+        job = environ.get("SLURM_ARRAY_JOB_ID") or environ.get("SLURM_JOB_ID") or "local"
+        self.job_id = job + (f"_{self.task}" if self.task else "")
         self.ex: Executor = PrintingExecutor() if dry else Executor(log=self.log)
         self.procs: list[Proc] = []
         self.terminating = False
 
     def log(self, msg: str) -> None:
-        """A timestamped line on stderr (the Slurm log) and in RUN_DIR/chain.log when there is one."""
+        """A timestamped line on stderr (the Slurm log) and in RUN_DIR/chain.log when there is one; none when dry."""
         if self.dry:
             return
-        line = f"[{datetime.now():%Y-%m-%d %H:%M:%S}] [quotecite {self.job_id}] {msg}"
+        line = stamp(self.job_id, msg)
         print(line, file=sys.stderr, flush=True)
         if self.run_dir is not None and self.run_dir.is_dir():
             with open(self.run_dir / "chain.log", "a", encoding="utf-8") as f:
@@ -93,9 +102,8 @@ class Program:
             self.ex.note(text)
 
     def start(self, step: Step) -> Proc:
-        p = self.ex.start(step)
-        self.procs.append(p)
-        return p
+        self.procs.append(self.ex.start(step))
+        return self.procs[-1]
 
     def run(self, step: Step) -> int:
         """Run to its end, its output into this program's (the Slurm log); the dry run prints it."""
@@ -120,155 +128,246 @@ class Program:
         self.terminating = True
         raise Fail("SIGTERM: stopping", code=143)
 
-    def submit(self, array: list[str], final: Callable[[str], list[str]], what: tuple[str, str]) -> tuple[str, str]:
-        """``sbatch`` the array job, then the job ``final(array_id)`` after it; their ids."""
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")
-                 and k not in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")}  # fmt: skip
-        rc, out = self.ex.run(Step("run", "sbatch", ["sbatch", "--parsable", *array]), env=clean)
+    def main(self) -> int:
+        n, (task_phase, final_phase) = self.shards, self.PHASES
+        if self.phase == task_phase:
+            if not (self.task.isdigit() and 1 <= int(self.task) <= n):
+                raise Fail(f"QUOTECITE_{self.KIND}_PHASE={task_phase} runs as array task 1..{n} "
+                           f"(SLURM_ARRAY_TASK_ID='{self.task}')")  # fmt: skip
+            return self.run_task(int(self.task))
+        if self.phase == final_phase:
+            return self.run_final()
+        return self.submit() if n else self.one_job()
+
+    def submit(self) -> int:
+        """``sbatch`` the array (task I runs shard I/N), then the final job after it; the dry run prints both, with
+        every task's plan between and the final job's after."""
+        n, script, (first, second), logs = self.shards, str(REPO / "launch" / self.SCRIPT), self.PHASES, self.log_dir
+        keys = f"QUOTECITE_REPO={REPO},{self.exports},QUOTECITE_{self.KIND}_SHARDS={n},QUOTECITE_{self.KIND}_PHASE="
+        export, extra = f"--export=ALL,{keys}", list(self.sbatch_args or [])
+        self.plan_header()
+        self.say(f"1. the array job, task I runs shard I/{n}:")
+        if not self.dry:
+            try:
+                logs.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise Fail(f"cannot create the log folder {logs}: {e}") from None
+        array = [f"--array={self.tasks}", *self.GPUS[0], f"--output={logs}/{first}-%A_%a.out"]
+        array_job = self.sbatch([*array, *extra, export + first, script], "array job")
+        if self.dry:
+            for i in range(1, n + 1):
+                self.plan_task(i)
+        self.say(f"2. the {second} job, after every task succeeded (cancelled if one fails):")
+        final = [*self.GPUS[1], f"--output={logs}/{second}-%j.out", *extra, export + second, script]
+        final_job = self.sbatch(final, f"{second} job", array_job)
+        if self.dry:
+            return self.plan_final()
+        print(f"array job {array_job}: shards {self.tasks} of {n} (logs {logs}/{first}-{array_job}_*.out)")
+        print(f"{second} job {final_job}: after afterok:{array_job} (log {logs}/{second}-{final_job}.out)")
+        return 0
+
+    def sbatch(self, opts: list[str], what: str, after: str = "") -> str:
+        """``sbatch --parsable`` without this shell's ``SLURM_*`` and GPU variables; the job id (``ARRAYJOB`` in the
+        dry run). ``after``: the job waits for every task of that job to succeed, and is cancelled if one fails."""
+        if after:
+            opts = [f"--dependency=afterok:{after}", "--kill-on-invalid-dep=yes", *opts]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in GPU_VARIABLES}
+        rc, out = self.ex.run(Step("run", "sbatch", ["sbatch", "--parsable", *opts]), env=env)
         if rc:
-            raise Fail(f"sbatch of the {what[0]} failed")
-        first = out.strip().split(";")[0]
-        rc, out = self.ex.run(Step("run", "sbatch", ["sbatch", "--parsable", *final(first)]), env=clean)
-        if rc:
-            raise Fail(f"sbatch of the {what[1]} failed ({what[0]} {first} was submitted; scancel it or submit the "
-                       f"{what[1]})")  # fmt: skip
-        return first, out.strip().split(";")[0]
+            then = f" (array job {after} was submitted; scancel it or submit the {what})" if after else ""
+            raise Fail(f"sbatch of the {what} failed{then}")
+        return out.strip().split(";")[0] or "ARRAYJOB"
+
+    def plan_shards(self, keys, noun: str) -> None:
+        from data_prep.shards import shard_plan
+
+        for line in shard_plan(keys, self.shards, noun):
+            self.say(line[2:])
 
 
 # ============================================================================================== evaluation
 class Eval(Program):
+    KIND, SCRIPT, PHASES = "EVAL", "eval_8b.sh", ("infer", "score")
+    GPUS = (["--gpus-per-node=2"], ["--gpus-per-node=1"])
+
     def __init__(self, dry: bool, environ: dict[str, str]) -> None:
         s = settings.resolve(environ, REPO, {"eval"})
-        super().__init__(dry, s, environ.get("SLURM_JOB_ID", "local"), Path(s.run.run_dir).resolve())
-        self.environ = environ
-        self.shards, self.phase = s.eval.eval_shards, s.eval.eval_phase or ""
-        self.software()
-        if s.eval.eval_step is not None:
-            self.step = s.eval.eval_step
-        else:
-            from launch.runlog import last_step
-
-            self.step = last_step(self.run_dir)
-        self.adapter = self.run_dir / f"checkpoints/global_step_{self.step}/actor/lora_adapter"
-        self.policy = s.models.policy_model or ""
-        if not self.policy:
-            from launch.setup import recipe_policy
-
-            try:
-                self.policy = recipe_policy(REPO, {**environ, "QUOTECITE_RECIPE": str(s.run.recipe)})
-            except (InputError, OSError):  # said when the job runs (check_inputs), shown as missing in the dry run
-                self.policy = ""
-        self.out = Path(s.eval.eval_out or self.run_dir / f"eval/step_{self.step}").resolve()
-        if not dry:
-            self.check_inputs()
-        self.gold, self.cache = str(s.eval.eval_gold or "GOLD.jsonl"), str(s.eval.eval_cache_dir or "CACHE_DIR")
+        e = s.eval
+        super().__init__(dry, s, environ, Path(s.run.run_dir).resolve())
+        self.shards, self.phase, self.sbatch_args = e.eval_shards, e.eval_phase or "", e.eval_sbatch_args
         if self.phase and not self.shards:
             raise Fail(f"QUOTECITE_EVAL_PHASE={self.phase} needs QUOTECITE_EVAL_SHARDS")
-        pdf = ["--pdf-dir", str(s.eval.eval_pdf_dir)] if s.eval.eval_pdf_dir else []
-        self.infer_common = ["--gold", self.gold, "--interface", "language", "--cache-dir", self.cache, *pdf,
-                             *(s.eval.eval_infer_args or [])]  # fmt: skip
+        self.tasks = e.eval_tasks or f"1-{self.shards}"
+        self.software()
+        from launch.runlog import last_step
+
+        self.step = e.eval_step if e.eval_step is not None else last_step(self.run_dir)
+        self.adapter = self.run_dir / f"checkpoints/global_step_{self.step}/actor/lora_adapter"
+        self.policy = s.models.policy_model or ""
+        with contextlib.suppress(InputError, OSError):  # said by check_inputs, shown as missing in the dry run
+            self.policy = self.policy or setup.recipe_policy(REPO, {**environ, "QUOTECITE_RECIPE": str(s.run.recipe)})
+        self.out = Path(e.eval_out or self.run_dir / f"eval/step_{self.step}").resolve()
+        self.log_dir = self.out / "logs"
+        self.exports = f"QUOTECITE_RUN_DIR={self.run_dir},QUOTECITE_EVAL_STEP={self.step},"
+        self.exports += f"QUOTECITE_EVAL_OUT={self.out}"
+        if not dry:
+            self.check_inputs()
+            for sub in ("base", "lora", "logs"):
+                (self.out / sub).mkdir(parents=True, exist_ok=True)
+        self.gold, self.cache = str(e.eval_gold or "GOLD.jsonl"), str(e.eval_cache_dir or "CACHE_DIR")
+        pdf = ["--pdf-dir", str(e.eval_pdf_dir)] if e.eval_pdf_dir else []
+        self.infer_common = ["--gold", self.gold, "--interface", "language", "--cache-dir", self.cache, *pdf]
+        self.infer_common += e.eval_infer_args or []
 
     def software(self) -> None:
-        """The programs, said (never a silent fallback): ``eval infer`` the server venv's python (vLLM), ``eval
-        resolve``/``score`` QUOTECITE_PYTHON, else the project's .venv, else the server venv's; ``vllm serve``."""
-        s = self.s
-        from launch import setup
-
-        sw = setup.job_env(REPO, self.environ)
-        self.sw_env = sw["env"] if s.software.env_setup else {}
-        self.problems = setup.readiness(REPO, self.environ) if s.software.env_setup else []
-        server = f"the server venv, vLLM {sw['vllm_server']}"
+        """The programs, each said with where it comes from (never a silent fallback); when running, the set-up
+        checked and its environment (HF_HOME, offline, NO_PROXY) taken on."""
+        s, ready = self.s, self.s.software.env_setup
+        sw = setup.job_env(REPO, self.environ)  # QUOTECITE_ENV_SETUP=0: python3 and vllm on PATH
+        self.sw_env, self.problems = (sw["env"], setup.readiness(REPO, self.environ)) if ready else ({}, [])
+        if not (s.eval.infer_cmd or ready or shutil.which("python3")):
+            raise Fail(
+                "no python3 on PATH for eval infer (QUOTECITE_ENV_SETUP=0); set QUOTECITE_INFER_CMD, or use the "
+                "server venv: python -m launch.setup setup --only server"
+            )
+        self.infer = list(s.eval.infer_cmd or [sw["server_python"], "-m", "eval", "infer"])
+        infer_what = f"the server venv, vLLM {sw['vllm_server']}" if ready else "python3 on PATH"
         if s.eval.infer_cmd:
-            self.infer, infer_what = list(s.eval.infer_cmd), "QUOTECITE_INFER_CMD"
-        elif s.software.env_setup:
-            self.infer, infer_what = [sw["server_python"], "-m", "eval", "infer"], server
-        elif shutil.which("python3"):
-            self.infer, infer_what = [shutil.which("python3"), "-m", "eval", "infer"], "python3 on PATH, QUOTECITE_ENV_SETUP=0"  # fmt: skip
-        else:
-            raise Fail("no python3 on PATH for eval infer (QUOTECITE_ENV_SETUP=0); set QUOTECITE_INFER_CMD, or use "
-                       "the server venv: python -m launch.setup setup --only server")  # fmt: skip
-        venv = REPO / ".venv" / "bin" / "python"
-        if s.run.python:
-            self.py, py_what = str(s.run.python), "QUOTECITE_PYTHON"
-        elif os.access(venv, os.X_OK):
-            self.py, py_what = str(venv), "the project's .venv"
-        elif s.software.env_setup and (self.dry or os.access(sw["server_python"], os.X_OK)):
-            self.py, py_what = sw["server_python"], server
-        else:
-            raise Fail(f"no python for eval resolve/score: neither {REPO}/.venv (make install) nor the server venv "
-                       "(python -m launch.setup setup --only server); or set QUOTECITE_PYTHON")  # fmt: skip
-        self.serve_cmd = {"judge": list(s.servers.judge_cmd or []), "embed": list(s.servers.embed_cmd or [])}
-        for role in self.serve_cmd:
-            self.serve_cmd[role] = self.serve_cmd[role] or [
-                sw["server_vllm"] if s.software.env_setup else "vllm",
-                "serve",
-            ]
+            infer_what = "QUOTECITE_INFER_CMD"
+        self.py = str(s.run.python or sys.executable)  # the script's: QUOTECITE_PYTHON, else the project's .venv
+        py_what = "QUOTECITE_PYTHON" if s.run.python else "the python of this program"
+        vllm = [sw["server_vllm"], "serve"]
+        self.serve_cmd = {"judge": list(s.servers.judge_cmd or vllm), "embed": list(s.servers.embed_cmd or vllm)}
         self.pythons = [f"eval infer:          {shlex.join(self.infer)} ({infer_what})",
                         f"eval resolve, score: {self.py} ({py_what})"]  # fmt: skip
-        if self.problems and not self.dry:
-            for line in self.problems:
-                self.log(f"missing: {line}")
-            raise Fail(f"the set-up is incomplete ({len(self.problems)} missing, above); jobs never install or "
-                       "download: run the commands above on a login node (or as a CPU job), then resubmit")  # fmt: skip
-        if not self.dry:
-            os.environ.update(self.sw_env)
-            os.environ.update(no_proxy_env([socket.gethostname()], os.environ))
-            for line in self.pythons:
-                self.log(f"python for {line}")
+        if self.dry:
+            return
+        for line in self.problems:
+            self.log(f"missing: {line}")
+        if self.problems:
+            raise Fail(
+                f"the set-up is incomplete ({len(self.problems)} missing, above); jobs never install or download: "
+                "run the commands above on a login node (or as a CPU job), then resubmit"
+            )
+        os.environ.update(self.sw_env)
+        os.environ.update(no_proxy_env([socket.gethostname()], os.environ))
+        for line in self.pythons:
+            self.log(f"python for {line}")
 
     def check_inputs(self) -> None:
-        s = self.s
+        e = self.s.eval
         if not (self.step > 0 and (self.adapter / "adapter_config.json").is_file()):
             raise Fail(f"no LoRA adapter at {self.adapter} (set QUOTECITE_RUN_DIR or QUOTECITE_EVAL_STEP)")
-        if not (s.eval.eval_gold and Path(s.eval.eval_gold).is_file()):
-            raise Fail(f"QUOTECITE_EVAL_GOLD must name the gold JSONL (got '{s.eval.eval_gold or ''}')")
-        if not (s.eval.eval_cache_dir and Path(s.eval.eval_cache_dir).is_dir()):
-            raise Fail(f"QUOTECITE_EVAL_CACHE_DIR must name the block cache (got '{s.eval.eval_cache_dir or ''}')")
+        if not (e.eval_gold and Path(e.eval_gold).is_file()):
+            raise Fail(f"QUOTECITE_EVAL_GOLD must name the gold JSONL (got '{e.eval_gold or ''}')")
+        if not (e.eval_cache_dir and Path(e.eval_cache_dir).is_dir()):
+            raise Fail(f"QUOTECITE_EVAL_CACHE_DIR must name the block cache (got '{e.eval_cache_dir or ''}')")
         if not self.policy:
             raise Fail("no base model: set QUOTECITE_POLICY_MODEL")
         # The paper's two-call judge reads CiteVQA's prompts from the user's checkout: fail now, not after inference.
-        score = f" {shlex.join(s.eval.eval_score_args or [])} "
-        if " --judge-protocol rubric " not in score and " --citevqa-dir " not in score:
-            if not (s.eval.citevqa_dir and Path(s.eval.citevqa_dir).is_dir()):
-                raise Fail("QUOTECITE_CITEVQA_DIR must name a CiteVQA checkout (its prompts/ are the judge's; got "
-                           f"'{s.eval.citevqa_dir or ''}'), or pass --judge-protocol rubric in QUOTECITE_EVAL_SCORE_ARGS")  # fmt: skip
+        score = f" {shlex.join(e.eval_score_args or [])} "
+        own_prompts = " --judge-protocol rubric " in score or " --citevqa-dir " in score
+        if not own_prompts and not (e.citevqa_dir and Path(e.citevqa_dir).is_dir()):
+            raise Fail(
+                "QUOTECITE_CITEVQA_DIR must name a CiteVQA checkout (its prompts/ are the judge's; got "
+                f"'{e.citevqa_dir or ''}'), or pass --judge-protocol rubric in QUOTECITE_EVAL_SCORE_ARGS"
+            )
 
     def header(self, title: str, when: str) -> None:
-        none = f" (none yet: the run's last complete checkpoint {when})" if self.step == 0 else ""
+        """The dry run's first lines: the set-up, the checkpoint, the model, the output, the pythons."""
         self.say(f"quotecite evaluation{title}")
         if self.s.software.env_setup:
-            from launch.setup import status
-
-            self.say("set-up (python -m launch.setup status):")
-            for line in status(REPO, self.environ).table().splitlines() + [f"missing: {x}" for x in self.problems]:
+            table = setup.status(REPO, self.environ).table().splitlines()
+            for line in ["set-up (python -m launch.setup status):", *table, *(f"missing: {x}" for x in self.problems)]:
                 self.say(line)
             self.say("every process runs with " + " ".join(f"{k}={v}" for k, v in self.sw_env.items()))
+        none = f" (none yet: the run's last complete checkpoint {when})" if self.step == 0 else ""
         self.say(f"checkpoint      step {self.step}: {self.adapter}{none}")
         self.say(f"base model      {self.policy or '<QUOTECITE_POLICY_MODEL>'}")
         self.say(f"output          {self.out}")
         for line in self.pythons:
             self.say(f"python          {line}")
 
-    def main(self) -> int:
-        if not self.dry:
-            for sub in ("base", "lora", "logs"):
-                (self.out / sub).mkdir(parents=True, exist_ok=True)
-        if not self.shards:
-            return self.one_job()
-        if not self.phase:
-            return self.submit_array()
-        return self.infer_task() if self.phase == "infer" else self.score_job()
+    # ------------------------------------------------------------------------------------------ the modes
+    def one_job(self) -> int:
+        base, lora, servers = job_gpus(self.environ, 3)
+        self.header(", dry run (nothing is started)" if self.dry else "", "when the job runs")
+        self.say(f"GPU split       base inference CUDA_VISIBLE_DEVICES={base}, LoRA inference "
+                 f"CUDA_VISIBLE_DEVICES={lora}; judge + embedder CUDA_VISIBLE_DEVICES={servers}")  # fmt: skip
+        self.log(f"evaluating step {self.step} of {self.run_dir} into {self.out}")
+        return self.evaluate(servers, [base, lora])
+
+    def plan_header(self) -> None:
+        self.header(" as a Slurm array, dry run (nothing is submitted)", "at submission")
+        self.say(f"shards          {self.shards} (1-based, by a hash of the gold index), array tasks {self.tasks}")
+        if self.dry and Path(self.gold).is_file():
+            from eval.schemas import read_gold
+
+            self.plan_shards([g.key for g in read_gold(self.gold)[: self.limit()]], "questions")
+
+    def run_task(self, i: int) -> int:
+        self.say(f"  task {i}, shard {i}/{self.shards}:")
+        self.log(f"inference shard {i}/{self.shards} of step {self.step} into {self.out}")
+        self.infer_pair(job_gpus(self.environ, 2), i)
+        self.log(f"done: shard {i}/{self.shards}")
+        return 0
+
+    def run_final(self) -> int:
+        self.log(f"scoring step {self.step} of {self.run_dir} from {self.shards} inference shards in {self.out}")
+        return self.evaluate(job_gpus(self.environ, 1)[0])
+
+    plan_task, plan_final = run_task, run_final  # the dry run prints the array's jobs as they would run
+
+    def limit(self) -> int | None:
+        """``--limit N`` of QUOTECITE_EVAL_INFER_ARGS (the questions inference answers), else None."""
+        words = list(self.s.eval.eval_infer_args or [])
+        for i, word in enumerate(words):
+            if word == "--limit" and i + 1 < len(words):
+                word = f"--limit={words[i + 1]}"
+            if word.startswith("--limit=") and word[8:].isdigit():
+                return int(word[8:])
+        return None
 
     # ------------------------------------------------------------------------------------------ the steps
-    def infer_pair(self, tag: str, gpus: list[str], base_out: Path, lora_out: Path, *flags: str) -> None:
-        """Base inference on ``gpus[0]`` and base + adapter on ``gpus[1]``, in parallel; fails when one fails."""
+    def evaluate(self, gpu: str, infer_gpus: list[str] | None = None) -> int:
+        """The servers on ``gpu``; inference on ``infer_gpus``, else the merge of the array's shards; then ``eval
+        resolve`` (quotes to blocks, through the embedder) and ``eval score`` (with the judge) of both sides."""
+        self.say(f"servers on GPU {gpu}, one after the other:")
+        env, n, e = self.serve(gpu), self.shards, self.s.eval
+        if infer_gpus:
+            self.say("inference, base and base + adapter in parallel:")
+            self.infer_pair(infer_gpus)
+        else:
+            self.say(f"merge the {n} shards of each side into predictions.jsonl (fails on a missing question):")
+            for side in ("base", "lora"):
+                text = f"eval.infer.merge_shards: the {n} shards of {side} into {self.out}/{side}/predictions.jsonl"
+                self.ex.call(f"merge-{side}", text, partial(self.merge, side))
+        self.say("resolve quotes through the embedder, then score with the judge:")
+        for side, label in (("base", "base"), ("lora", f"grpo-step{self.step}")):
+            d = self.out / side
+            files = ["--gold", self.gold, "--cache-dir", self.cache]
+            resolve = ["--pred", str(d / "predictions.jsonl"), *files, "--out", str(d / "citations.jsonl")]
+            score = ["--pred", str(d / "citations.jsonl"), *files, "--out", str(d / "score"), "--label", label]
+            score += ["--judge-url", env["QUOTECITE_JUDGE_URL"], "--judge-model", self.s.models.judge_model]
+            for what, args, extra in (("resolve", resolve, e.eval_resolve_args), ("score", score, e.eval_score_args)):
+                if self.run(Step("run", f"{what}-{side}", [self.py, "-m", "eval", what, *args, *(extra or [])], env)):
+                    raise Fail(f"eval {what} failed for {side}")
+        self.stop_all()
+        self.log(f"done: {self.out}/base/score and {self.out}/lora/score")
+        return 0
+
+    def infer_pair(self, gpus: list[str], i: int = 0) -> None:
+        """Base inference on ``gpus[0]`` and base + adapter on ``gpus[1]``, in parallel, of shard ``i`` of the array
+        (0: every question); fails when one fails."""
         procs, logs = [], []
-        for side, out, lora, gpu in (("base", base_out, [], gpus[0]),
-                                     ("lora", lora_out, ["--lora", str(self.adapter)], gpus[1])):  # fmt: skip
-            logs.append(self.out / "logs" / f"infer_{side}{tag}.log")
-            argv = [*self.infer, "--model", self.policy, *lora, "--out", str(out), *self.infer_common, *flags]
-            procs.append(self.start(Step("start", f"infer_{side}", argv, {"PYTHONPATH": str(REPO)}, gpu,
-                                         str(logs[-1]))))  # fmt: skip
+        for side, gpu, lora in (("base", gpus[0], []), ("lora", gpus[1], ["--lora", str(self.adapter)])):
+            logs.append(self.log_dir / f"infer_{side}{f'-{i}' if i else ''}.log")
+            shard = ["--shard", f"{i}/{self.shards}"] if i else []
+            name = f"predictions.shard-{i}-of-{self.shards}.jsonl" if i else "predictions.jsonl"  # as eval.infer's
+            argv = [*self.infer, "--model", self.policy, *lora, "--out", str(self.out / side / name)]
+            argv += [*self.infer_common, *shard]
+            step = Step("start", f"infer_{side}", argv, {"PYTHONPATH": str(REPO)}, gpu, str(logs[-1]))
+            procs.append(self.start(step))
         rcs = [p.wait() for p in procs]
         if any(rcs):
             raise Fail(f"inference failed (base exit {rcs[0]}, LoRA exit {rcs[1]})", tuple(logs))
@@ -282,147 +381,38 @@ class Eval(Program):
             ("embed", s.models.embed_model, s.servers.embed_port),
         ):
             label = f"{'judge server' if role == 'judge' else 'embedding server'} ({model} on GPU {gpu})"
-            log, port_file = self.out / "logs" / f"{role}.log", self.out / "logs" / f"{role}.port"
+            log, port_file = self.log_dir / f"{role}.log", self.log_dir / f"{role}.port"
             if not self.dry:
                 port_file.unlink(missing_ok=True)
-            argv = [sys.executable, str(REPO / "launch" / "layout.py"), "run", "--gpus", "0", "--grace",
-                    str(WRAP_GRACE_S), "--port-file", str(port_file), "--bind-host", "127.0.0.1",
-                    *(["--prefer-port", str(pref)] if pref else []), "--",
-                    *server_argv(role, s, "127.0.0.1", PORT_TOKEN, self.serve_cmd[role])]  # fmt: skip
+            wrap = [sys.executable, str(REPO / "launch" / "layout.py"), "run", "--gpus", "0", "--grace"]
+            wrap += [str(WRAP_GRACE_S), "--port-file", str(port_file), "--bind-host", "127.0.0.1"]
+            wrap += ["--prefer-port", str(pref)] if pref else []
+            argv = [*wrap, "--", *server_argv(role, s, "127.0.0.1", PORT_TOKEN, self.serve_cmd[role])]
             proc = self.start(Step("start", role, argv, gpus=gpu, log=str(log)))
-
-            def port(port_file: Path = port_file) -> int:
-                try:
-                    return int(port_file.read_text().strip())
-                except (OSError, ValueError):
-                    return 0
-
-            def wait(proc: Proc = proc, label: str = label, log: Path = log, port: Callable = port) -> int:
-                try:
-                    took = wait_healthy(lambda: f"http://127.0.0.1:{port()}/health" if port() else "", label,
-                                        s.servers.health_timeout, s.servers.health_poll, str(log), proc.poll,
-                                        stop=lambda: self.terminating)  # fmt: skip
-                except NotHealthy as e:
-                    raise Fail(str(e), (log,)) from None
-                self.log(f"{label} is healthy at http://127.0.0.1:{port()}/v1 after {took:.0f}s")
-                return port()
-
-            got = self.ex.wait(f"health-{role}", f"wait until the /health of {role} answers 200 on its port (read "
-                               f"from {port_file.name}; at most {s.servers.health_timeout:g}s), else stop: {label} is not "
-                               f"healthy, see {log}", wait, dry_result=pref or PORT_TOKEN)  # fmt: skip
-            urls[role] = f"http://127.0.0.1:{got}/v1"
+            text = f"wait for the /health of {role} on the port in {port_file.name} (at most {s.servers.health_timeout:g}s)"
+            wait = partial(self.healthy, proc, label, log, port_file)
+            urls[role] = f"http://127.0.0.1:{self.ex.wait(f'health-{role}', text, wait, pref or PORT_TOKEN)}/v1"
         return {"QUOTECITE_JUDGE_URL": urls["judge"], "QUOTECITE_EMBED_URL": urls["embed"],
                 "QUOTECITE_JUDGE_MODEL": s.models.judge_model, "QUOTECITE_EMBED_MODEL": s.models.embed_model,
                 "PYTHONPATH": str(REPO)}  # fmt: skip
 
-    def resolve_and_score(self, env: dict[str, str]) -> None:
-        s = self.s
-        for side, label in (("base", "base"), ("lora", f"grpo-step{self.step}")):
-            d = self.out / side
-            resolve = [self.py, "-m", "eval", "resolve", "--pred", str(d / "predictions.jsonl"), "--gold", self.gold,
-                       "--cache-dir", self.cache, "--out", str(d / "citations.jsonl"), *(s.eval.eval_resolve_args or [])]  # fmt: skip
-            if self.run(Step("run", f"resolve-{side}", resolve, env)):
-                raise Fail(f"eval resolve failed for {side}")
-            score = [self.py, "-m", "eval", "score", "--gold", self.gold, "--pred", str(d / "citations.jsonl"), "--out",
-                     str(d / "score"), "--cache-dir", self.cache, "--judge-url", env["QUOTECITE_JUDGE_URL"],
-                     "--judge-model", s.models.judge_model, "--label", label, *(s.eval.eval_score_args or [])]  # fmt: skip
-            if self.run(Step("run", f"score-{side}", score, env)):
-                raise Fail(f"eval score failed for {side}")
+    def healthy(self, proc: Proc, label: str, log: Path, port_file: Path) -> int:
+        """Wait for a server's ``/health`` on the port it wrote; the port."""
 
-    def shard_out(self, side: str, i: int) -> Path:
-        return self.out / side / f"predictions.shard-{i}-of-{self.shards}.jsonl"  # as eval.infer.shard_file
+        def url() -> str:
+            port = read_port(port_file)
+            return f"http://127.0.0.1:{port}/health" if port else ""
 
-    # ------------------------------------------------------------------------------------------ the modes
-    def one_job(self) -> int:
-        infer_gpus, (server_gpu,) = gpu_split(2, 1, self.environ)
-        self.header(", dry run (nothing is started)" if self.dry else "", "when the job runs")
-        self.say(f"GPU split       base inference CUDA_VISIBLE_DEVICES={infer_gpus[0]}, LoRA inference "
-                 f"CUDA_VISIBLE_DEVICES={infer_gpus[1]}; judge + embedder CUDA_VISIBLE_DEVICES={server_gpu}")  # fmt: skip
-        self.log(f"evaluating step {self.step} of {self.run_dir} into {self.out}")
-        self.say(f"1. servers on GPU {server_gpu}, one after the other")
-        env = self.serve(server_gpu)
-        self.say("2. inference, base and base + adapter in parallel")
-        self.infer_pair("", infer_gpus, self.out / "base/predictions.jsonl", self.out / "lora/predictions.jsonl")
-        self.say("3. resolve quotes through the embedder, then score with the judge")
-        self.resolve_and_score(env)
-        self.stop_all()
-        self.log(f"done: {self.out}/base/score and {self.out}/lora/score")
-        return 0
+        sv = self.s.servers
+        try:
+            took = wait_healthy(url, label, sv.health_timeout, sv.health_poll, str(log), proc.poll, self.is_stopping)
+        except NotHealthy as e:
+            raise Fail(str(e), (log,)) from None
+        self.log(f"{label} is healthy at http://127.0.0.1:{read_port(port_file)}/v1 after {took:.0f}s")
+        return read_port(port_file)
 
-    def submit_array(self) -> int:
-        s, n = self.s, self.shards
-        tasks = s.eval.eval_tasks or f"1-{n}"
-        export = (f"--export=ALL,QUOTECITE_REPO={REPO},QUOTECITE_RUN_DIR={self.run_dir},QUOTECITE_EVAL_STEP="
-                  f"{self.step},QUOTECITE_EVAL_OUT={self.out},QUOTECITE_EVAL_SHARDS={n},QUOTECITE_EVAL_PHASE=")  # fmt: skip
-        extra, script = list(s.eval.eval_sbatch_args or []), str(REPO / "launch" / "eval_8b.sh")
-        array = [f"--array={tasks}", "--gpus-per-node=2", f"--output={self.out}/logs/infer-%A_%a.out", *extra,
-                 export + "infer", script]  # fmt: skip
-
-        def score(job: str) -> list[str]:
-            return [f"--dependency=afterok:{job}", "--kill-on-invalid-dep=yes", "--gpus-per-node=1",
-                    f"--output={self.out}/logs/score-%j.out", *extra, export + "score", script]  # fmt: skip
-
-        self.header(" as a Slurm array, dry run (nothing is submitted)", "at submission")
-        self.say(f"shards          {n} (1-based, by a hash of the gold index), array tasks {tasks}")
-        if self.dry and Path(self.gold).is_file():
-            from data_prep.shards import shard_plan
-            from eval.schemas import read_gold
-
-            for line in shard_plan([g.key for g in read_gold(self.gold)[: self.limit()]], n, "questions"):
-                self.say(line[2:])
-        self.say("1. the inference array, 2 GPUs a task:")
-        if self.dry:  # the plan of every task and of the scoring job, between the two sbatch lines
-            self.ex.run(Step("run", "sbatch-1", ["sbatch", "--parsable", *array]))
-            gpus, _ = gpu_split(2, 0, self.environ)
-            for i in range(1, n + 1):
-                self.say(f"  task {i}, shard {i}/{n}:")
-                self.infer_pair(f"-{i}", gpus, self.shard_out("base", i), self.shard_out("lora", i), "--shard",
-                                f"{i}/{n}")  # fmt: skip
-            self.say("2. the scoring job, 1 GPU, after every task succeeded (cancelled if one fails):")
-            self.ex.run(Step("run", "sbatch-2", ["sbatch", "--parsable", *score("ARRAYJOB")]))
-            return self.score_job()
-        array_job, score_job = self.submit(array, score, ("inference array", "scoring job"))
-        print(f"array job {array_job}: inference shards {tasks} of {n} (logs {self.out}/logs/infer-{array_job}_*.out)")
-        print(f"score job {score_job}: after afterok:{array_job} (log {self.out}/logs/score-{score_job}.out)")
-        return 0
-
-    def limit(self) -> int | None:
-        """``--limit N`` of QUOTECITE_EVAL_INFER_ARGS (the questions inference answers), else None."""
-        words = list(self.s.eval.eval_infer_args or [])
-        for i, w in enumerate(words):
-            if w == "--limit" and i + 1 < len(words) and words[i + 1].isdigit():
-                return int(words[i + 1])
-            if w.startswith("--limit=") and w[8:].isdigit():
-                return int(w[8:])
-        return None
-
-    def infer_task(self) -> int:
-        task, n = self.environ.get("SLURM_ARRAY_TASK_ID", ""), self.shards
-        if not (task.isdigit() and 1 <= int(task) <= n):
-            raise Fail(f"QUOTECITE_EVAL_PHASE=infer runs as array task 1..{n} (SLURM_ARRAY_TASK_ID='{task}')")
-        i = int(task)
-        gpus, _ = gpu_split(2, 0, self.environ)
-        self.log(f"inference shard {i}/{n} of step {self.step} into {self.out}")
-        self.infer_pair(f"-{i}", gpus, self.shard_out("base", i), self.shard_out("lora", i), "--shard", f"{i}/{n}")
-        self.log(f"done: shard {i}/{n}")
-        return 0
-
-    def score_job(self) -> int:
-        _, (gpu,) = gpu_split(0, 1, self.environ)
-        self.log(f"scoring step {self.step} of {self.run_dir} from {self.shards} inference shards in {self.out}")
-        self.say(f"  servers on GPU {gpu}, one after the other:")
-        env = self.serve(gpu)
-        self.say(
-            f"  merge the {self.shards} shards of each side into predictions.jsonl (fails on a missing question):"
-        )
-        for side in ("base", "lora"):
-            self.ex.call(f"merge-{side}", f"eval.infer.merge_shards: the {self.shards} shards of {side} into "
-                         f"{self.out}/{side}/predictions.jsonl", lambda side=side: self.merge(side))  # fmt: skip
-        self.say("  resolve quotes through the embedder, then score with the judge:")
-        self.resolve_and_score(env)
-        self.stop_all()
-        self.log(f"done: {self.out}/base/score and {self.out}/lora/score")
-        return 0
+    def is_stopping(self) -> bool:
+        return self.terminating
 
     def merge(self, side: str) -> None:
         from eval.infer import merge_shards
@@ -437,121 +427,91 @@ class Eval(Program):
 
 # ============================================================================================== data prep
 class Prep(Program):
+    KIND, SCRIPT, PHASES = "PREP", "prep_array.sh", ("shard", "final")
+
     def __init__(self, dry: bool, environ: dict[str, str]) -> None:
         s = settings.resolve(environ, REPO, {"prep"})
-        job = environ.get("SLURM_ARRAY_JOB_ID") or environ.get("SLURM_JOB_ID") or "local"
-        task = environ.get("SLURM_ARRAY_TASK_ID", "")
-        super().__init__(dry, s, job + (f"_{task}" if task else ""))
-        self.environ, self.task = environ, task
-        self.phase = s.prep.prep_phase or ("shard" if task else "")  # submitted as the array by hand: a task
-        self.shards = s.prep.prep_shards
+        p = s.prep
+        super().__init__(dry, s, environ)
+        self.phase = p.prep_phase or ("shard" if self.task else "")  # submitted as the array by hand: a task
+        self.shards, self.sbatch_args = p.prep_shards, p.prep_sbatch_args
         if s.source("QUOTECITE_PREP_SHARDS") == "default" and self.phase == "shard":
             top = environ.get("SLURM_ARRAY_TASK_MAX", "")
             if not (top.isdigit() and int(top) >= 1):
                 raise Fail(f"QUOTECITE_PREP_SHARDS must be a whole number of shards >= 1 (got '{top}')")
             self.shards = int(top)
         self.tasks = environ.get("QUOTECITE_PREP_TASKS") or f"1-{self.shards}"
-        self.out = Path(s.prep.prep_out).resolve()
-        self.log_dir = Path(s.prep.prep_log_dir or self.out / "logs").resolve()
-        self.cmd = list(s.prep.prep_cmd or [str(s.run.python or sys.executable), "-m", "data_prep", "longdocurl"])
-        self.args = ["--jsonl", str(s.prep.prep_jsonl or "LongDocURL.jsonl"), "--pdf-dir", str(s.prep.prep_pdf_dir or "PDF_DIR"),
-                     "--out", str(self.out), *(s.prep.prep_args or [])]  # fmt: skip
+        self.out = Path(p.prep_out).resolve()
+        self.log_dir = Path(p.prep_log_dir or self.out / "logs").resolve()
+        self.exports = f"QUOTECITE_PREP_OUT={self.out}"
+        self.cmd = list(p.prep_cmd or [str(s.run.python or sys.executable), "-m", "data_prep", "longdocurl"])
+        self.cmd += ["--jsonl", str(p.prep_jsonl or "LongDocURL.jsonl"), "--pdf-dir", str(p.prep_pdf_dir or "PDF_DIR")]
+        self.cmd += ["--out", str(self.out), *(p.prep_args or [])]
         if not dry and self.phase != "shard":
-            if not (s.prep.prep_jsonl and Path(s.prep.prep_jsonl).is_file()):
-                raise Fail(f"QUOTECITE_PREP_JSONL must name LongDocURL.jsonl (got '{s.prep.prep_jsonl or ''}')")
-            if not (s.prep.prep_pdf_dir and Path(s.prep.prep_pdf_dir).is_dir()):
-                raise Fail(f"QUOTECITE_PREP_PDF_DIR must name the PDF folder (got '{s.prep.prep_pdf_dir or ''}')")
+            if not (p.prep_jsonl and Path(p.prep_jsonl).is_file()):
+                raise Fail(f"QUOTECITE_PREP_JSONL must name LongDocURL.jsonl (got '{p.prep_jsonl or ''}')")
+            if not (p.prep_pdf_dir and Path(p.prep_pdf_dir).is_dir()):
+                raise Fail(f"QUOTECITE_PREP_PDF_DIR must name the PDF folder (got '{p.prep_pdf_dir or ''}')")
 
-    def main(self) -> int:
-        n = self.shards
-        if self.phase == "shard":
-            if not self.task.isdigit():
-                raise Fail("QUOTECITE_PREP_PHASE=shard runs as an array task (no SLURM_ARRAY_TASK_ID)")
-            if self.task in self.environ.get("QUOTECITE_PREP_FAIL_TASK", "").split(
-                ","
-            ):  # checked by resolve() when set
-                raise Fail(f"test hook QUOTECITE_PREP_FAIL_TASK: task {self.task} fails before doing any work")
-            what, flags, why = f"shard {self.task}/{n}", ["--shard", f"{self.task}/{n}"], ""
-        elif self.phase == "final":
-            what, flags, why = "final step", ["--finalize"], "; rerun the missing shards, then this step"
-        else:
-            return self.submit_array()
-        rc = self.run(Step("run", what, [*self.cmd, *self.args, *flags]))
-        if rc:
-            raise Fail(f"{what} failed (exit {rc}){why}")
-        self.log(f"done: {what if self.phase == 'shard' else self.out}")
-        return 0
-
-    def submit_array(self) -> int:
-        n, s = self.shards, self.s
-        export = f"--export=ALL,QUOTECITE_REPO={REPO},QUOTECITE_PREP_OUT={self.out},QUOTECITE_PREP_SHARDS={n}"
-        extra, script = list(s.prep.prep_sbatch_args or []), str(REPO / "launch" / "prep_array.sh")
-        array = [f"--array={self.tasks}", f"--output={self.log_dir}/shard-%A_%a.out", *extra,
-                 f"{export},QUOTECITE_PREP_PHASE=shard", script]  # fmt: skip
-
-        def final(job: str) -> list[str]:
-            return [f"--dependency=afterok:{job}", "--kill-on-invalid-dep=yes", f"--output={self.log_dir}/final-%j.out",
-                    *extra, f"{export},QUOTECITE_PREP_PHASE=final", script]  # fmt: skip
-
-        jsonl = s.prep.prep_jsonl
+    def plan_header(self) -> None:
+        jsonl, pdfs = self.s.prep.prep_jsonl, self.s.prep.prep_pdf_dir
         self.say("quotecite data prep as a Slurm array, dry run (nothing is submitted)")
-        self.say(f"input           {jsonl or '<QUOTECITE_PREP_JSONL>'}, PDFs under "
-                 f"{s.prep.prep_pdf_dir or '<QUOTECITE_PREP_PDF_DIR>'}")  # fmt: skip
+        self.say(
+            f"input           {jsonl or '<QUOTECITE_PREP_JSONL>'}, PDFs under {pdfs or '<QUOTECITE_PREP_PDF_DIR>'}"
+        )
         self.say(f"output          {self.out} (logs {self.log_dir})")
-        self.say(f"shards          {n} (1-based, by a hash of doc_no), array tasks {self.tasks}")
+        self.say(f"shards          {self.shards} (1-based, by a hash of doc_no), array tasks {self.tasks}")
         if self.dry and jsonl and Path(jsonl).is_file():
             from data_prep.longdocurl import load_records
-            from data_prep.shards import shard_plan
 
             try:
-                plan = shard_plan({r.doc_no for r in load_records(jsonl)}, n, "documents")
+                self.plan_shards({r.doc_no for r in load_records(jsonl)}, "documents")
             except (InputError, OSError) as e:
                 raise Fail(f"cannot read {jsonl}: {e}") from None
-            for line in plan:
-                self.say(line[2:])
-        if self.dry:
-            self.say(f"1. the array job (task I runs shard I/{n}):")
-            self.ex.run(Step("run", "sbatch-1", ["sbatch", "--parsable", *array]))
-            for i in range(1, n + 1):
-                self.say(f"  task {i}: {shlex.join([*self.cmd, *self.args, '--shard', f'{i}/{n}'])}")
-            self.say("2. the final step, after every task succeeded (cancelled if one fails):")
-            self.ex.run(Step("run", "sbatch-2", ["sbatch", "--parsable", *final("ARRAYJOB")]))
-            self.say(f"  runs: {shlex.join([*self.cmd, *self.args, '--finalize'])}")
-            return 0
-        try:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise Fail(f"cannot create the log folder {self.log_dir}: {e}") from None
-        array_job, final_job = self.submit(array, final, ("array job", "final step"))
-        print(f"array job {array_job}: shards {self.tasks} of {n} (logs {self.log_dir}/shard-{array_job}_*.out)")
-        print(f"final job {final_job}: after afterok:{array_job} (log {self.log_dir}/final-{final_job}.out)")
+
+    def plan_task(self, i: int) -> None:
+        self.say(f"  task {i}: {shlex.join([*self.cmd, '--shard', f'{i}/{self.shards}'])}")
+
+    def plan_final(self) -> int:
+        self.say(f"  runs: {shlex.join([*self.cmd, '--finalize'])}")
         return 0
+
+    def run_task(self, i: int) -> int:
+        if str(i) in self.environ.get("QUOTECITE_PREP_FAIL_TASK", "").split(","):  # checked by settings.resolve
+            raise Fail(f"test hook QUOTECITE_PREP_FAIL_TASK: task {i} fails before doing any work")
+        self.run_step(f"shard {i}/{self.shards}", "--shard", f"{i}/{self.shards}")
+        self.log(f"done: shard {i}/{self.shards}")
+        return 0
+
+    def run_final(self) -> int:
+        self.run_step("final step", "--finalize", advice="; rerun the missing shards, then this step")
+        self.log(f"done: {self.out}")
+        return 0
+
+    def run_step(self, what: str, *flags: str, advice: str = "") -> None:
+        rc = self.run(Step("run", what, [*self.cmd, *flags]))
+        if rc:
+            raise Fail(f"{what} failed (exit {rc}){advice}")
 
 
 # ============================================================================================== command line
 PROGRAMS = {"eval": Eval, "prep": Prep}
+USAGE = "usage: python -m launch.arrays eval|prep SCRIPT [--dry-run] [--config FILE] [--set KEY=VALUE ...] | --help"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2 or argv[0] not in PROGRAMS:
-        print(
-            "usage: python -m launch.arrays eval|prep SCRIPT [--dry-run] [--config FILE] [--set KEY=VALUE ...] | --help",
-            file=sys.stderr,
-        )
+        print(USAGE, file=sys.stderr)
         return 2
     kind, script, rest = argv[0], Path(argv[1]), argv[2:]
     if "-h" in rest or "--help" in rest:
         sys.stdout.write(help_text(script))
         return 0
-    ap = argparse.ArgumentParser(prog=str(script), add_help=False)
+    ap = argparse.ArgumentParser(prog=f"bash {script}", add_help=False)
     ap.add_argument("--dry-run", action="store_true")
     settings.add_layer_arguments(ap)
-    a, unknown = ap.parse_known_args(rest)
-    if unknown:
-        print(f"error: unknown argument '{unknown[0]}' (settings: the environment, --config FILE, --set KEY=VALUE; "
-              "see --help)", file=sys.stderr)  # fmt: skip
-        return 2
+    a = ap.parse_args(rest)
     prog: Program | None = None
     try:
         # --config and --set: into this environment, so the array's jobs and every step see the same values
@@ -561,16 +521,13 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, prog.on_term)
             signal.signal(signal.SIGINT, prog.on_term)
         return prog.main()
-    except settings.SettingsError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except (Fail, InputError, JobStepError) as e:
-        code, logs = (e.code, e.logs) if isinstance(e, Fail) else (1, ())
-        line = f"[{datetime.now():%Y-%m-%d %H:%M:%S}] [quotecite {prog.job_id if prog else os.environ.get('SLURM_JOB_ID', 'local')}] error: {e}"
+    except (Fail, InputError, JobStepError) as e:  # InputError: a settings.SettingsError too
         if prog is not None and not prog.dry:
             prog.log(f"error: {e}")
         else:
-            print(line, file=sys.stderr, flush=True)
+            job = prog.job_id if prog else os.environ.get("SLURM_JOB_ID", "local")
+            print(stamp(job, f"error: {e}"), file=sys.stderr, flush=True)
+        code, logs = (e.code, e.logs) if isinstance(e, Fail) else (1, ())
         for path in logs:
             if path.is_file():
                 tail = "\n".join(path.read_text(errors="replace").splitlines()[-40:])

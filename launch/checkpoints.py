@@ -1,5 +1,14 @@
-"""EasyR1's checkpoints in a run: which step folder is complete, where to resume, repairing a torn save (see
-:mod:`launch.runlog`)."""
+"""EasyR1's checkpoints in a run: which step folder is complete, where to resume, repairing a torn save.
+
+EasyR1 at b44b311 (``RayPPOTrainer._save_checkpoint``) prunes old checkpoints (``save_limit``) first, then writes
+``global_step_N/actor/`` (the shards, rank 0 adds ``huggingface/`` and with LoRA ``lora_adapter/``), then
+``dataloader.pt``, and only then rewrites ``checkpoint_tracker.json`` (plain ``open("w")``). Its
+``find_latest_ckpt`` trusts the tracker alone: a missing folder means step 0, a torn tracker a failed ``json.load``.
+So the tracker is the commit point: :func:`find_resume_point` takes the tracker's step when that folder passes
+:func:`check_step_dir`, else the newest older one that does; a torn tracker was being rewritten after its folder was
+finished, so the newest passing folder counts; no tracker, nothing counts. :func:`repair_checkpoints` rewrites the
+tracker to that step and moves newer folders to ``incomplete/``, so EasyR1 resumes from the same step.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +16,20 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.io import read_json
-from launch.run_files import CHECKPOINT_TRACKER, INCOMPLETE_DIR, SHARD_RE, STEP_DIR_RE, atomic_write_json
+from core.io import atomic_write_json, read_json
+from launch.run_files import CHECKPOINT_TRACKER, INCOMPLETE_DIR, SHARD_RE, STEP_DIR_RE
 
 
-# --------------------------------------------------------------------------------------------- checkpoints
 def step_dirs(ckpt_dir: Path) -> dict[int, Path]:
     """``{step: folder}`` for every ``global_step_N`` folder directly in ``ckpt_dir``."""
-    out: dict[int, Path] = {}
-    if ckpt_dir.is_dir():
-        for p in ckpt_dir.iterdir():
-            m = STEP_DIR_RE.match(p.name)
-            if m and p.is_dir():
-                out[int(m.group(1))] = p
-    return out
+    found = [(STEP_DIR_RE.match(p.name), p) for p in ckpt_dir.iterdir()] if ckpt_dir.is_dir() else []
+    return {int(m.group(1)): p for m, p in found if m and p.is_dir()}
 
 
 def check_step_dir(path: Path, require_lora: bool = True) -> str:
-    """Why the step folder ``path`` is not a complete EasyR1 checkpoint; ``""`` when it is.
-
-    Complete: ``actor/`` holds model, optimizer and extra-state shards for every rank of one world size,
-    ``actor/lora_adapter/`` holds ``adapter_model.safetensors`` and ``adapter_config.json`` (when
-    ``require_lora``), and ``dataloader.pt`` exists; no file is empty.
-    """
+    """Why the step folder ``path`` is not a complete EasyR1 checkpoint (model, optimizer and extra-state shards of
+    every rank of one world size, the LoRA adapter when ``require_lora``, ``dataloader.pt``; none empty); ``""``
+    when it is."""
     actor = path / "actor"
     if not actor.is_dir():
         return "no actor/ folder"
@@ -52,14 +52,10 @@ def check_step_dir(path: Path, require_lora: bool = True) -> str:
         missing = sorted(set(range(world)) - {r for _, r in got})
         if missing:
             return f"actor/{kind} shards missing for ranks {missing} of world size {world}"
-    if require_lora:
-        for name in ("adapter_model.safetensors", "adapter_config.json"):
-            f = actor / "lora_adapter" / name
-            if not f.is_file() or f.stat().st_size == 0:
-                return f"actor/lora_adapter/{name} missing or empty"
-    dl = path / "dataloader.pt"
-    if not dl.is_file() or dl.stat().st_size == 0:
-        return "dataloader.pt missing or empty"
+    adapter = ("adapter_model.safetensors", "adapter_config.json") if require_lora else ()
+    for f in [*(actor / "lora_adapter" / name for name in adapter), path / "dataloader.pt"]:
+        if not f.is_file() or f.stat().st_size == 0:
+            return f"{f.relative_to(path)} missing or empty"
     return ""
 
 
@@ -81,35 +77,25 @@ def read_tracker(ckpt_dir: Path) -> tuple[dict | None, str]:
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """Where a job resumes: ``step`` 0 means from the start (no complete checkpoint)."""
+    """Where a job resumes: the last complete checkpoint's ``step`` (0: none, from the start) and ``path``."""
 
     step: int
-    """Optimizer step of the last complete checkpoint (0: none)."""
     path: Path | None
-    """Its ``global_step_N`` folder, or None."""
-    incomplete: tuple[int, ...] = ()
-    """Steps of folders that must not be resumed from (newer than ``step``, or failing the check)."""
-    notes: tuple[str, ...] = ()
-    """Human-readable reasons for every decision that differs from the tracker."""
-    tracker_step: int | None = None
-    """The tracker's ``last_global_step`` as found (None: missing or unreadable)."""
+    incomplete: tuple[int, ...] = ()  # steps of folders never to resume from (newer than step, or failing the check)
+    notes: tuple[str, ...] = ()  # why each decision differs from the tracker
+    tracker_step: int | None = None  # the tracker's last_global_step (None: missing or unreadable)
 
 
 def find_resume_point(ckpt_dir: Path, require_lora: bool = True) -> ResumePoint:
-    """The last complete checkpoint in ``ckpt_dir`` (see the module docstring for the rule); reads only."""
+    """The last complete checkpoint in ``ckpt_dir`` (the rule is in the module docstring); reads only."""
     dirs = step_dirs(ckpt_dir)
     tracker, problem = read_tracker(ckpt_dir)
-    notes: list[str] = []
     if problem == "missing":
-        if dirs:
-            notes.append(f"no {CHECKPOINT_TRACKER}: no step folder was ever committed; starting from step 0")
-        return ResumePoint(0, None, tuple(sorted(dirs)), tuple(notes), None)
-    tracker_step = int(tracker["last_global_step"]) if tracker else None
-    if tracker is None:
-        notes.append(f"{CHECKPOINT_TRACKER} is {problem} (cut off while being rewritten)")
-        limit = max(dirs, default=0)
-    else:
-        limit = tracker_step
+        notes = [f"no {CHECKPOINT_TRACKER}: no step folder was ever committed; starting from step 0"] if dirs else []
+        return ResumePoint(0, None, tuple(sorted(dirs)), tuple(notes))
+    tracker_step = tracker["last_global_step"] if tracker else None
+    notes = [] if tracker else [f"{CHECKPOINT_TRACKER} is {problem} (cut off while being rewritten)"]
+    limit = max(dirs, default=0) if tracker_step is None else tracker_step
     chosen = 0
     for step in sorted((s for s in dirs if s <= limit), reverse=True):
         why = check_step_dir(dirs[step], require_lora)
@@ -130,23 +116,18 @@ def repair_checkpoints(ckpt_dir: Path, tag: str, require_lora: bool = True) -> R
     ``incomplete/global_step_N.<tag>`` and the tracker is rewritten (atomically) to the chosen step, or removed
     when there is none. Returns the resume point."""
     rp = find_resume_point(ckpt_dir, require_lora)
-    dirs = step_dirs(ckpt_dir)
     for step in rp.incomplete:
-        dest = ckpt_dir / INCOMPLETE_DIR / f"global_step_{step}.{tag}"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(dirs[step], dest)
+        (ckpt_dir / INCOMPLETE_DIR).mkdir(exist_ok=True)
+        os.replace(ckpt_dir / f"global_step_{step}", ckpt_dir / INCOMPLETE_DIR / f"global_step_{step}.{tag}")
     tracker, _ = read_tracker(ckpt_dir)
     tracker_path = ckpt_dir / CHECKPOINT_TRACKER
     if rp.step == 0:
         if tracker_path.exists():
+            (ckpt_dir / INCOMPLETE_DIR).mkdir(exist_ok=True)
             os.replace(tracker_path, ckpt_dir / INCOMPLETE_DIR / f"{CHECKPOINT_TRACKER}.{tag}")
     elif tracker is None or int(tracker["last_global_step"]) != rp.step:
-        info = dict(tracker or {})
-        info.setdefault("best_global_step", rp.step)
-        info.setdefault("best_val_reward_score", 0.0)
-        if int(info["best_global_step"]) > rp.step:
-            info["best_global_step"] = rp.step
-        info["last_global_step"] = rp.step
+        info = {"best_val_reward_score": 0.0, **(tracker or {}), "last_global_step": rp.step}
+        info["best_global_step"] = min(int(info.get("best_global_step", rp.step)), rp.step)
         info["last_actor_path"] = str((rp.path / "actor").resolve())
         atomic_write_json(tracker_path, info)
     return rp

@@ -13,20 +13,18 @@
 # Evaluate the trained LoRA adapter against the base model on the CiteVQA gold file, on the training job's
 # allocation pattern: GPU 2 serves the judge and the quote embedder, GPU 0 runs `eval infer` for the base model
 # and GPU 1 for base + adapter (in parallel), then `eval resolve` (quotes -> blocks, through the embedder) and
-# `eval score` (box metrics + judge metrics) for both.
+# `eval score` (box metrics + judge metrics) for both. `eval infer` appends to its predictions and skips questions
+# already answered, so a requeued job continues.
 #
 #   sbatch launch/eval_8b.sh                 # from the repository root
 #   bash launch/eval_8b.sh --dry-run         # print every command and the GPU split; runs nothing
 #
-# `eval infer` appends to its predictions and skips questions already answered, so a requeued job continues.
-#
-# Array mode (QUOTECITE_EVAL_SHARDS=N): `bash launch/eval_8b.sh` on a login node submits inference as a Slurm
-# array of N tasks (--array=1-N, 2 GPUs each): task I runs both inferences on shard I/N of the gold questions
-# (`eval infer --shard I/N`: 1-based, by a hash of the question index) into BASE/predictions.shard-I-of-N.jsonl
-# and LORA/...; then one scoring job (--dependency=afterok:<array job>, 1 GPU; cancelled if a task fails) serves
-# the judge and the embedder, merges the shards into predictions.jsonl (failing when a question is missing) and
-# resolves and scores as above. Rerunning the script after a failed task redoes only unanswered questions (each
-# shard file is resumable); QUOTECITE_EVAL_TASKS resubmits only some task ids.
+# Array mode (QUOTECITE_EVAL_SHARDS=N; docs/cluster.md, "Job arrays (data prep and evaluation)"): on a login node the
+# script submits an array of N inference tasks (--array=1-N, 2 GPUs each; task I runs both inferences on shard I/N of
+# the gold questions into BASE/predictions.shard-I-of-N.jsonl and LORA/...), then one scoring job
+# (--dependency=afterok, 1 GPU; cancelled if a task fails) that merges the shards (failing when a question is missing)
+# and resolves and scores as above. Rerunning the script after a failed task redoes only unanswered questions;
+# QUOTECITE_EVAL_TASKS resubmits only some task ids.
 #   QUOTECITE_EVAL_SHARDS=8 bash launch/eval_8b.sh             # submits the array and the scoring job
 #   QUOTECITE_EVAL_SHARDS=8 bash launch/eval_8b.sh --dry-run   # the plan: shards, every task's commands
 #
@@ -53,15 +51,13 @@
 # --- end help ---
 QC_SCRIPT=$(realpath "$0")  # --help prints the block above from the file run
 # --- repository: the same block in every launch script (tests/launch/test_launch_help.py checks it) ---
-# Under sbatch this file runs from a spool copy: QUOTECITE_REPO, else where sbatch ran, else next to this file, else
-# the script path Slurm recorded.
-for QC_REPO in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "$0")/.." 2>/dev/null && pwd)" \
+# sbatch runs a spool copy: the repository is QUOTECITE_REPO, else where sbatch ran, this file's, Slurm's record's
+for QC_REPO in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(dirname "$0")/.." \
   "$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/^ *Command=\(.*\)\/launch\/[^/]*$/\1/p')"; do
-  [[ -n $QC_REPO && -f $QC_REPO/launch/job.py ]] && break
+  [[ -f $QC_REPO/launch/job.py ]] && break
 done
-[[ -f ${QC_REPO:-}/launch/job.py ]] || { echo "error: cannot find the repository; run sbatch from its root or set QUOTECITE_REPO" >&2; exit 1; }
-QC_REPO=$(cd "$QC_REPO" && pwd) && cd "$QC_REPO" || exit 1
-# --- end repository ---
+[[ -f $QC_REPO/launch/job.py ]] && cd "$QC_REPO" || { echo "error: cannot find the repository; run sbatch from its root or set QUOTECITE_REPO" >&2; exit 1; }
 QC_PY=${QUOTECITE_PYTHON:-.venv/bin/python}
 [[ -x $QC_PY || $QC_PY != */* ]] || { echo "error: $QC_PY not found: run \`make install\` in $PWD, or set QUOTECITE_PYTHON" >&2; exit 1; }
+# --- end repository ---
 exec "$QC_PY" -m launch.arrays eval "$QC_SCRIPT" "$@"

@@ -25,15 +25,13 @@
 # A job that ends before max_steps requeues itself (scontrol requeue: same job id, every sbatch option you gave; hence
 # --requeue and --open-mode=append); the rest is in launch/job.py's docstring and docs/cluster.md.
 # --- repository: the same block in every launch script (tests/launch/test_launch_help.py checks it) ---
-# Under sbatch this file runs from a spool copy: QUOTECITE_REPO, else where sbatch ran, else next to this file, else
-# the script path Slurm recorded.
-for QC_REPO in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "$0")/.." 2>/dev/null && pwd)" \
+# sbatch runs a spool copy: the repository is QUOTECITE_REPO, else where sbatch ran, this file's, Slurm's record's
+for QC_REPO in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(dirname "$0")/.." \
   "$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/^ *Command=\(.*\)\/launch\/[^/]*$/\1/p')"; do
-  [[ -n $QC_REPO && -f $QC_REPO/launch/job.py ]] && break
+  [[ -f $QC_REPO/launch/job.py ]] && break
 done
-[[ -f ${QC_REPO:-}/launch/job.py ]] || { echo "error: cannot find the repository; run sbatch from its root or set QUOTECITE_REPO" >&2; exit 1; }
-QC_REPO=$(cd "$QC_REPO" && pwd) && cd "$QC_REPO" || exit 1
-# --- end repository ---
+[[ -f $QC_REPO/launch/job.py ]] && cd "$QC_REPO" || { echo "error: cannot find the repository; run sbatch from its root or set QUOTECITE_REPO" >&2; exit 1; }
 QC_PY=${QUOTECITE_PYTHON:-.venv/bin/python}
 [[ -x $QC_PY || $QC_PY != */* ]] || { echo "error: $QC_PY not found: run \`make install\` in $PWD, or set QUOTECITE_PYTHON" >&2; exit 1; }
+# --- end repository ---
 exec "$QC_PY" -m launch.job "$@"

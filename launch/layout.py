@@ -1,32 +1,7 @@
-"""Where the training job's parts run: the split of a Slurm allocation into trainer nodes and serving GPUs.
-
-Read by ``launch/grpo_8b.sh`` (``python launch/layout.py plan`` prints shell assignments, ``--format json`` the same
-as JSON) and run on every node it starts something on (``python launch/layout.py run --gpus 0,1 -- CMD...``).
-Standard library only: it runs with whatever python the launch picked, also on a laptop for ``--dry-run``.
-
-The allocation (Slurm's variables, so a laptop can plan any layout with the same names a job has):
-
-- ``SLURM_JOB_NUM_NODES`` (else ``SLURM_NNODES``): how many nodes;
-- ``SLURM_JOB_NODELIST`` (else ``SLURM_NODELIST``): their names in Slurm's hostlist form (``gpu[01-03,07],login1``);
-  the batch script runs on the first one;
-- ``SLURM_GPUS_ON_NODE`` (else ``SLURM_GPUS_PER_NODE``, e.g. ``8`` or ``gpu:h200:8``): GPUs on each node;
-  ``QUOTECITE_NODE_GPUS`` overrides it per node in Slurm's count form (``8(x2),4``) for uneven allocations;
-- ``CUDA_VISIBLE_DEVICES`` on a node: the device ids its GPU positions stand for (clusters without device
-  cgroups hand out e.g. ``4,5,6``); without it position N is device N.
-
-Outside a job nothing is set: one node (this host) with as many GPUs as ``CUDA_VISIBLE_DEVICES`` lists, else 3.
-
-The split (settings: ``QUOTECITE_SERVE_GPUS`` S, default 1; ``QUOTECITE_JUDGE_REPLICAS`` R, default 1, at most S;
-``QUOTECITE_TRAIN_GPUS_PER_NODE`` G):
-
-- the servers take the last S GPUs of the allocation (node by node, GPU by GPU): judge replica i the i-th of
-  them, the embedder the last one (so with S = R = 1 the judge and the embedder share the last GPU);
-- the trainer takes G GPUs (the first ones) on every node that has at least G left. G defaults to 2 on one node
-  (the recipe is sized for two trainer GPUs; a single node behaves as it always has) and, on several nodes, to the
-  GPUs the first node has left (all of them unless it also serves). A node that serves and keeps fewer than G
-  GPUs does not train; its other GPUs stay idle and the plan says so;
-- the first node is always a trainer node: it runs the batch script, the Ray head (when there are several trainer
-  nodes; one trainer node means no Ray cluster: EasyR1 starts its own, as on one node) and the trainer's driver.
+"""Where the training job's parts run: the split of a Slurm allocation into trainer nodes and serving GPUs
+(docs/cluster.md, "Several nodes"), and ``python launch/layout.py run``, which starts a program on a node's GPUs.
+Standard library only: the job runs it by its path on every node. The first node always trains: it runs the batch
+script, the trainer's driver and the Ray head.
 
 >>> lay = plan(["gpu01", "gpu02", "gpu03"], [1, 1, 1])
 >>> lay.trainer_nodes, lay.train_gpus_per_node, lay.judges, lay.embed
@@ -36,113 +11,84 @@ The split (settings: ``QUOTECITE_SERVE_GPUS`` S, default 1; ``QUOTECITE_JUDGE_RE
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
-import json
 import math
 import os
 import re
-import shlex
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 DEFAULT_LOCAL_GPUS = 3
-"""GPUs assumed outside a job when neither Slurm nor ``CUDA_VISIBLE_DEVICES`` says (the single-node layout)."""
 SINGLE_NODE_TRAIN_GPUS = 2
-"""Trainer GPUs on a one-node allocation unless ``QUOTECITE_TRAIN_GPUS_PER_NODE`` says otherwise."""
+"""Trainer GPUs on one node unless ``QUOTECITE_TRAIN_GPUS_PER_NODE`` says otherwise (the recipe is sized for 2)."""
+MAX_NODES = 10_000
+"""Most nodes a node list may name (more than any cluster): ``n[0-99999999]`` is refused before it is expanded."""
+MAX_GPUS_PER_NODE = 64
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
 class LayoutError(ValueError):
     """The allocation or the settings cannot host the job; the message says which input and why."""
 
 
-# --------------------------------------------------------------------------------------------- hostlists
-MAX_NODES = 10_000
-"""Most node names a node list may expand to (the largest Slurm clusters have fewer nodes): a range such as
-``n[0-99999999]`` is refused before it is expanded."""
-MAX_GPUS_PER_NODE = 64
-"""Most GPUs a node may report (a count past it is a typo, not a machine)."""
-_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
-
-
 def expand_hostlist(text: str) -> list[str]:
-    """Slurm's hostlist form to node names, in order (what ``scontrol show hostnames`` prints).
+    """Slurm's hostlist form to node names, in order: what ``scontrol show hostnames`` prints, here also where there
+    is no ``scontrol`` (a dry run on a laptop).
 
     >>> expand_hostlist("gpu[01-03,07],login1")
     ['gpu01', 'gpu02', 'gpu03', 'gpu07', 'login1']
     >>> expand_hostlist("r[1-2]n[8-9]")
     ['r1n8', 'r1n9', 'r2n8', 'r2n9']
     """
-    if not text or not text.strip():
+    if not text.strip():
         raise LayoutError("node list is empty")
+    unpaired = re.sub(r"\[[^\[\]]*\]", "", text)  # what is left once every [...] is taken out
+    if "[" in unpaired and "]" in unpaired:
+        raise LayoutError(f"node list {text!r}: brackets nested or out of order")
+    if "[" in unpaired:
+        raise LayoutError(f"node list {text!r}: '[' without ']'")
+    if "]" in unpaired:
+        raise LayoutError(f"node list {text!r}: ']' without '['")
     names: list[str] = []
-    for item in _split_top(text.strip()):
-        if not item:
+    for item in re.split(r",(?![^\[]*\])", text.strip()):  # the commas outside brackets
+        if not item.strip():
             raise LayoutError(f"node list {text!r}: empty name between commas")
-        parts: list[list[str]] = []
-        pos = 0
-        room = MAX_NODES - len(names)
-        for m in re.finditer(r"\[([^\[\]]*)\]", item):
-            parts.append([item[pos : m.start()]])
-            parts.append(_expand_ranges(m.group(1), text, room))
-            room //= max(len(parts[-1]), 1)
-            pos = m.end()
-        rest = item[pos:]
-        if "[" in rest or "]" in rest or any("[" in p[0] or "]" in p[0] for p in parts[::2]):
-            raise LayoutError(f"node list {text!r}: unbalanced brackets in {item!r}")
-        parts.append([rest])
-        if math.prod(len(p) for p in parts) > MAX_NODES - len(names):
+        pieces = re.split(r"\[([^\]]*)\]", item.strip())  # name, ranges, name, ranges, ..., name
+        ranges = [_ranges(spec, text) for spec in pieces[1::2]]
+        if math.prod(sum(len(r) for r, _ in rs) for rs in ranges) > MAX_NODES - len(names):
             raise LayoutError(f"node list {text!r}: more than {MAX_NODES} nodes")
-        names.extend("".join(combo) for combo in itertools.product(*parts))
-    bad = next((n for n in names if not _NODE_NAME.fullmatch(n)), None)
-    if bad is not None:
-        raise LayoutError(f"node list {text!r}: {bad!r} is not a node name (letters, digits, '.', '_', '-')")
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise LayoutError(f"node list {text!r}: node {dup!r} is listed twice")
+        choices = [[p] for p in pieces]
+        choices[1::2] = [[str(i).zfill(width) for r, width in rs for i in r] for rs in ranges]
+        names.extend("".join(combo) for combo in itertools.product(*choices))
+    seen: set[str] = set()
+    for name in names:
+        if not _NODE_NAME.fullmatch(name):
+            raise LayoutError(f"node list {text!r}: {name!r} is not a node name (letters, digits, '.', '_', '-')")
+        if name in seen:
+            raise LayoutError(f"node list {text!r}: node {name!r} is listed twice")
+        seen.add(name)
     return names
 
 
-def _split_top(text: str) -> list[str]:
-    """Split on the commas outside brackets."""
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise LayoutError(f"node list {text!r}: ']' without '['")
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if depth:
-        raise LayoutError(f"node list {text!r}: '[' without ']'")
-    out.append(cur)
-    return [s.strip() for s in out]
-
-
-def _expand_ranges(spec: str, text: str, room: int = MAX_NODES) -> list[str]:
-    out: list[str] = []
+def _ranges(spec: str, text: str) -> list[tuple[range, int]]:
+    """``01-03,07`` -> each range with the width its numbers are zero-padded to."""
+    out = []
     for r in spec.split(","):
         m = re.fullmatch(r"\s*(\d{1,12})\s*(?:-\s*(\d{1,12})\s*)?", r)
         if not m:
             raise LayoutError(f"node list {text!r}: {r!r} is not a number or a range like 01-03")
-        lo, hi = m.group(1), m.group(2) or m.group(1)
-        if int(hi) < int(lo):
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
             raise LayoutError(f"node list {text!r}: range {r.strip()!r} goes down")
-        if len(out) + int(hi) - int(lo) + 1 > room:  # counted before anything is made
-            raise LayoutError(f"node list {text!r}: more than {MAX_NODES} nodes")
-        out.extend(str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1))
+        out.append((range(lo, hi + 1), len(m.group(1))))
     return out
 
 
-# --------------------------------------------------------------------------------------------- GPU counts
 def parse_gpu_count(value: str, what: str) -> int:
     """A GPU count as Slurm writes it: ``8``, ``gpu:8``, ``gpu:h200:8`` (several types, comma-separated, add up).
 
@@ -155,8 +101,6 @@ def parse_gpu_count(value: str, what: str) -> int:
         if not last.isdigit() or len(last) > 6:
             raise LayoutError(f"{what}={value!r}: not a GPU count (expected e.g. 8 or gpu:h200:8)")
         total += int(last)
-    if total > MAX_GPUS_PER_NODE:
-        raise LayoutError(f"{what}={value!r}: {total} GPUs on a node, more than {MAX_GPUS_PER_NODE}")
     return total
 
 
@@ -171,25 +115,34 @@ def parse_counts(value: str, n_nodes: int, what: str) -> list[int]:
         m = re.fullmatch(r"\s*(\d{1,6})\s*(?:\(x(\d{1,6})\))?\s*", item)
         if not m:
             raise LayoutError(f"{what}={value!r}: {item!r} is not a count like 8 or 8(x2)")
-        if int(m.group(1)) > MAX_GPUS_PER_NODE:
-            raise LayoutError(f"{what}={value!r}: {m.group(1)} GPUs on a node, more than {MAX_GPUS_PER_NODE}")
-        if len(out) + int(m.group(2) or 1) > MAX_NODES:
+        times = int(m.group(2) or 1)
+        if len(out) + times > MAX_NODES:
             raise LayoutError(f"{what}={value!r}: more than {MAX_NODES} nodes")
-        out.extend([int(m.group(1))] * int(m.group(2) or 1))
-    if len(out) == 1 and n_nodes > 1:
+        out += [int(m.group(1))] * times
+    if len(out) == 1:
         out *= n_nodes
     if len(out) != n_nodes:
         raise LayoutError(f"{what}={value!r} gives {len(out)} node(s), the allocation has {n_nodes}")
     return out
 
 
-def _int_setting(env: dict[str, str], name: str, default: int | None, low: int) -> int | None:
+def _int_setting(env: dict[str, str], name: str, default: int | None) -> int | None:
     raw = env.get(name, "")
     if raw == "":
         return default
-    if not raw.strip().isdigit() or int(raw) < low:
-        raise LayoutError(f"{name}={raw!r}: expected a whole number >= {low}")
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise LayoutError(f"{name}={raw!r}: expected a whole number >= 1")
     return int(raw)
+
+
+def _visible_devices(env) -> list[str] | None:
+    """``CUDA_VISIBLE_DEVICES`` as a list; None when unset or empty."""
+    raw = env.get("CUDA_VISIBLE_DEVICES", "")
+    devices = [d.strip() for d in raw.split(",") if d.strip()]
+    dup = next((d for d in devices if devices.count(d) > 1), None)
+    if dup is not None:  # one GPU twice would put two programs on it
+        raise LayoutError(f"CUDA_VISIBLE_DEVICES={raw!r}: GPU {dup} is listed twice")
+    return devices or None
 
 
 @dataclass
@@ -197,51 +150,49 @@ class Allocation:
     nodes: list[str]
     gpus: list[int]
     source: str
-    """Where the GPU count came from, for error messages (e.g. ``SLURM_GPUS_ON_NODE=1``)."""
+    """Where the GPU count came from, for messages (e.g. ``SLURM_GPUS_ON_NODE=1``)."""
     devices: list[str] | None = None
     """``CUDA_VISIBLE_DEVICES`` of the node this runs on (the first node in a job), when set."""
 
 
 def allocation_from_env(env: dict[str, str] | None = None, hostname: str | None = None) -> Allocation:
-    """The allocation as a job sees it (see the module docstring for the variables)."""
+    """The allocation from Slurm's variables; outside a job, this host with as many GPUs as ``CUDA_VISIBLE_DEVICES``
+    lists, else 3. ``QUOTECITE_NODE_GPUS`` gives the GPUs of each node of an uneven allocation."""
     env = dict(os.environ if env is None else env)
-    devices = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or None
-    if devices and len(set(devices)) != len(devices):  # one GPU twice would put two programs on it
-        dup = next(d for d in devices if devices.count(d) > 1)
-        raise LayoutError(f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r}: GPU {dup} is listed twice")
+    devices = _visible_devices(env)
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     raw_n = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or ""
     if nodelist:
         nodes = expand_hostlist(nodelist)
-        if raw_n:
-            if not raw_n.isdigit() or int(raw_n) < 1:
-                raise LayoutError(f"SLURM_JOB_NUM_NODES={raw_n!r}: expected a whole number >= 1")
-            if int(raw_n) != len(nodes):
-                raise LayoutError(
-                    f"SLURM_JOB_NUM_NODES={raw_n} but SLURM_JOB_NODELIST={nodelist!r} names {len(nodes)} node(s)"
-                )
+        if raw_n and raw_n.strip() != str(len(nodes)):
+            raise LayoutError(
+                f"SLURM_JOB_NUM_NODES={raw_n} but SLURM_JOB_NODELIST={nodelist!r} names {len(nodes)} node(s)"
+            )
     elif raw_n and raw_n != "1":
         raise LayoutError(f"SLURM_JOB_NUM_NODES={raw_n} needs SLURM_JOB_NODELIST (the node names)")
     else:
         nodes = [(hostname or socket.gethostname()).split(".")[0]]
+    slurm_var = next((v for v in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE") if env.get(v)), None)
     if env.get("QUOTECITE_NODE_GPUS"):
         gpus = parse_counts(env["QUOTECITE_NODE_GPUS"], len(nodes), "QUOTECITE_NODE_GPUS")
         source = f"QUOTECITE_NODE_GPUS={env['QUOTECITE_NODE_GPUS']}"
+    elif slurm_var:
+        gpus = [parse_gpu_count(env[slurm_var], slurm_var)] * len(nodes)
+        source = f"{slurm_var}={env[slurm_var]}"
+    elif devices:
+        gpus, source = [len(devices)] * len(nodes), f"CUDA_VISIBLE_DEVICES={','.join(devices)}"
     else:
-        for var in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
-            if env.get(var):
-                gpus = [parse_gpu_count(env[var], var)] * len(nodes)
-                source = f"{var}={env[var]}"
-                break
-        else:
-            if devices:
-                gpus, source = [len(devices)] * len(nodes), f"CUDA_VISIBLE_DEVICES={','.join(devices)}"
-            else:
-                gpus, source = [DEFAULT_LOCAL_GPUS] * len(nodes), f"assumed {DEFAULT_LOCAL_GPUS}: no Slurm GPU count"
+        gpus, source = [DEFAULT_LOCAL_GPUS] * len(nodes), f"assumed {DEFAULT_LOCAL_GPUS}: no Slurm GPU count"
+    if max(gpus) > MAX_GPUS_PER_NODE:
+        raise LayoutError(f"{source}: {max(gpus)} GPUs on a node, more than {MAX_GPUS_PER_NODE}")
+    if devices is not None and len(nodes) == 1 and len(devices) < gpus[0]:
+        raise LayoutError(
+            f"CUDA_VISIBLE_DEVICES={','.join(devices)} lists {len(devices)} GPU(s) but the job has {gpus[0]} "
+            f"({source})"
+        )
     return Allocation(nodes, gpus, source, devices)
 
 
-# --------------------------------------------------------------------------------------------- the split
 @dataclass
 class Layout:
     nodes: list[str]
@@ -280,9 +231,9 @@ def plan(
     judge_replicas: int = 1,
     train_gpus_per_node: int | None = None,
     source: str = "",
-    devices: list[str] | None = None,
 ) -> Layout:
-    """Split the allocation (see the module docstring); :class:`LayoutError` when it cannot host the job."""
+    """Split the allocation: the servers take its last ``serve_gpus`` GPUs (judge replica i the i-th, the embedder
+    the last), the trainer the first ``train_gpus_per_node`` on every node that has that many left."""
     if not nodes:
         raise LayoutError("the allocation has no node")
     if len(set(nodes)) != len(nodes):
@@ -297,27 +248,20 @@ def plan(
             f"QUOTECITE_SERVE_GPUS={serve_gpus}"
         )
     single = len(nodes) == 1
-    slots = [(n, p) for n, k in zip(nodes, gpus, strict=True) for p in range(k)]
     src = f" ({source})" if source else ""
-    if devices is not None and single and len(devices) < gpus[0]:
-        raise LayoutError(
-            f"CUDA_VISIBLE_DEVICES={','.join(devices)} lists {len(devices)} GPU(s) but the job has {gpus[0]}{src}"
-        )
+    slots = [(n, p) for n, k in zip(nodes, gpus, strict=True) for p in range(k)]
     need_train = train_gpus_per_node or (SINGLE_NODE_TRAIN_GPUS if single else 1)
     if len(slots) < serve_gpus + need_train:
-        where = f"this job sees {len(slots)} GPU(s){src}"
         raise LayoutError(
-            f"{where}, needs {serve_gpus + need_train}: {need_train} for the trainer, {serve_gpus} for the judge "
-            f"and embedder" + ("" if single else f" (nodes {','.join(nodes)} with {gpus} GPUs)")
+            f"this job sees {len(slots)} GPU(s){src}, needs {serve_gpus + need_train}: {need_train} for the trainer, "
+            f"{serve_gpus} for the judge and embedder"
+            + ("" if single else f" (nodes {','.join(nodes)} with {gpus} GPUs)")
         )
     serving = slots[len(slots) - serve_gpus :]
-    left = {n: k - sum(1 for s in serving if s[0] == n) for n, k in zip(nodes, gpus, strict=True)}
-    if train_gpus_per_node is not None:
-        g = train_gpus_per_node
-    elif single:
-        g = SINGLE_NODE_TRAIN_GPUS
-    else:
-        g = left[nodes[0]]
+    left = {n: k - sum(1 for m, _ in serving if m == n) for n, k in zip(nodes, gpus, strict=True)}
+    g = train_gpus_per_node
+    if g is None:
+        g = SINGLE_NODE_TRAIN_GPUS if single else left[nodes[0]]
     if g < 1 or left[nodes[0]] < g:
         raise LayoutError(
             f"the first node {nodes[0]} (where the batch script, the trainer's driver and the Ray head run) has "
@@ -332,24 +276,23 @@ def plan(
             + f", {nodes[0]} has {g}; set QUOTECITE_TRAIN_GPUS_PER_NODE to at most {min(left[n] for n in short)}"
         )
     trainer_nodes = [n for n in nodes if left[n] >= g]
-    idle: dict[str, list[int]] = {}
+    idle = {}
     for n, k in zip(nodes, gpus, strict=True):
         used = {p for m, p in serving if m == n} | (set(range(g)) if n in trainer_nodes else set())
-        rest = [p for p in range(k) if p not in used]
-        if rest:
+        if rest := [p for p in range(k) if p not in used]:
             idle[n] = rest
-    judges = serving[:judge_replicas]
-    return Layout(list(nodes), list(gpus), trainer_nodes, g, judges, serving[-1], serving, idle)
+    return Layout(list(nodes), list(gpus), trainer_nodes, g, serving[:judge_replicas], serving[-1], serving, idle)
 
 
 def plan_from_env(env: dict[str, str] | None = None, hostname: str | None = None) -> tuple[Allocation, Layout]:
+    """The allocation and its split, with ``QUOTECITE_SERVE_GPUS``, ``QUOTECITE_JUDGE_REPLICAS`` and
+    ``QUOTECITE_TRAIN_GPUS_PER_NODE`` from ``env``."""
     env = dict(os.environ if env is None else env)
     alloc = allocation_from_env(env, hostname)
-    serve = _int_setting(env, "QUOTECITE_SERVE_GPUS", 1, 1)
-    replicas = _int_setting(env, "QUOTECITE_JUDGE_REPLICAS", 1, 1)
-    train = _int_setting(env, "QUOTECITE_TRAIN_GPUS_PER_NODE", None, 1)
-    lay = plan(alloc.nodes, alloc.gpus, serve, replicas, train, alloc.source, alloc.devices)
-    return alloc, lay
+    serve = _int_setting(env, "QUOTECITE_SERVE_GPUS", 1)
+    replicas = _int_setting(env, "QUOTECITE_JUDGE_REPLICAS", 1)
+    train = _int_setting(env, "QUOTECITE_TRAIN_GPUS_PER_NODE", None)
+    return alloc, plan(alloc.nodes, alloc.gpus, serve, replicas, train, alloc.source)
 
 
 def device_ids(positions: list[int], devices: list[str] | None, where: str = "this node") -> list[str]:
@@ -369,48 +312,11 @@ def device_ids(positions: list[int], devices: list[str] | None, where: str = "th
 
 
 def node_address(node: str) -> str:
-    """The node's IP address (what Ray's ``--node-ip-address`` takes); the name itself when it does not resolve
-    (a dry run on a laptop)."""
+    """The node's IP address; the name itself when it does not resolve (a dry run on a laptop)."""
     try:
         return socket.gethostbyname(node)
     except OSError:
         return node
-
-
-def shell_assignments(alloc: Allocation, lay: Layout) -> str:
-    """The layout as bash assignments (``eval`` them); arrays for lists, one variable per server."""
-    q = shlex.quote
-
-    def arr(items) -> str:
-        return "(" + " ".join(q(str(x)) for x in items) + ")"
-
-    first = lay.nodes[0]
-    lines = [
-        f"QC_LAYOUT_NODES={arr(lay.nodes)}",
-        f"QC_LAYOUT_GPUS={arr(lay.gpus)}",
-        f"QC_LAYOUT_SOURCE={q(alloc.source)}",
-        f"QC_MULTI_NODE={int(lay.multi_node)}",
-        f"QC_RAY={int(lay.ray)}",
-        f"QC_NNODES={len(lay.trainer_nodes)}",
-        f"QC_N_TRAIN_GPUS={lay.train_gpus_per_node}",
-        f"QC_TRAIN_NODES={arr(lay.trainer_nodes)}",
-        f"QC_TRAIN_ADDRS={arr(node_address(n) for n in lay.trainer_nodes)}",
-        f"QC_TRAIN_POSITIONS={q(','.join(map(str, lay.train_positions)))}",
-        f"QC_TRAINER_GPUS={q(','.join(device_ids(lay.train_positions, alloc.devices, first)))}",
-        f"QC_SERVERS={arr(name for name, _, _ in lay.server_gpus())}",
-        f"QC_JUDGE_REPLICAS={len(lay.judges)}",
-        f"QC_IDLE={q('; '.join(f'{n} GPU {position_ranges(p)}' for n, p in lay.idle.items()))}",
-    ]
-    serving_here = [p for n, p in lay.serving if n == first]
-    lines.append(
-        f"QC_SERVER_GPUS={q(','.join(device_ids(serving_here, alloc.devices, first)) if serving_here else '')}"
-    )
-    for name, node, pos in lay.server_gpus():
-        lines.append(f"QC_SRV_NODE_{name}={q(node)}")
-        lines.append(f"QC_SRV_POS_{name}={pos}")
-        here = node == first
-        lines.append(f"QC_SRV_DEV_{name}={q(device_ids([pos], alloc.devices, first)[0] if here else str(pos))}")
-    return "\n".join(lines) + "\n"
 
 
 def position_ranges(ps: list[int]) -> str:
@@ -439,9 +345,9 @@ def free_port(host: str = "") -> int:
 
 
 def port_taken(port: int, host: str = "") -> bool:
-    """True when something else holds ``port`` on this node (a bind fails). With ``SO_REUSEADDR``, as the servers
-    bind (uvicorn, Ray): connections of a server just killed, left in TIME_WAIT on its port, do not count, so a
-    restarted server gets the port the trainer already knows; a listener still there does."""
+    """True when something else holds ``port`` on this node. With ``SO_REUSEADDR``, as the servers bind: the
+    connections of a server just killed, in TIME_WAIT on its port, do not count (its restart gets the port the
+    trainer knows); a listener does."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -451,97 +357,73 @@ def port_taken(port: int, host: str = "") -> bool:
     return False
 
 
-def _write_port(path: str, port: int) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(f"{port}\n")
-    os.replace(tmp, path)
+def run(positions: list[int], cmd: list[str], grace=10, port_file="", bind_host="", prefer_port=0) -> int:
+    """Run ``cmd`` on this node's GPUs at ``positions``, in its own session; returns its exit status (128+N for
+    signal N), so an ``srun`` step ends as the program did. SIGTERM/SIGINT/SIGUSR1 go to its process group (after
+    SIGTERM/SIGINT the group is killed if still there ``grace`` seconds later), and what it leaves in the group (Ray's
+    raylet, vLLM workers) is killed once it exits.
 
+    With ``port_file``, ``{port}`` in ``cmd`` becomes a port chosen here and now (``prefer_port`` when it is free),
+    written to ``port_file``; a server that fails soon while someone else holds its port lost the race for it and is
+    started again on a new port (at most :data:`PORT_RETRIES` times)."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(device_ids(positions, _visible_devices(os.environ))))
+    child: subprocess.Popen | None = None
+    stopping = False
 
-def run(positions: list[int], cmd: list[str], grace: int = 10, port_file: str | None = None,
-        bind_host: str = "", prefer_port: int = 0) -> int:  # fmt: skip
-    """Run ``cmd`` on this node's GPUs at ``positions`` (through this process's ``CUDA_VISIBLE_DEVICES``), in its
-    own session; SIGTERM/SIGINT/SIGUSR1 are passed to its whole process group (after SIGTERM/SIGINT the group is
-    killed when it has not ended within ``grace`` seconds), and whatever it leaves behind in that group (Ray's
-    raylet and GCS, vLLM workers) is killed once it exits. Returns its exit status (128+N for a
-    signal N), so an ``srun`` step ends as the program did.
+    def kill_group(sig: int) -> None:
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, sig)
 
-    With ``port_file``, the port is chosen here, on the node and at the moment the server starts (``{port}`` in
-    ``cmd`` becomes a free port, written to ``port_file`` for the job to read); a server that fails soon after while
-    its port is held by someone else lost the race for it and is started again on a new port (at most
-    :data:`PORT_RETRIES` times)."""
-    devices = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or None
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(device_ids(positions, devices)))
-    state: dict = {"child": None, "stopping": False}
-
-    def kill_group(sig) -> None:
-        if state["child"] is not None:
-            try:
-                os.killpg(state["child"].pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def forward(sig, _frame) -> None:
+    def forward(sig: int, _frame) -> None:
+        nonlocal stopping
         kill_group(sig)
         if sig != signal.SIGUSR1:  # a program that drains (Ray: up to 30 s) is killed after the grace
-            state["stopping"] = True
+            stopping = True
             signal.signal(signal.SIGALRM, lambda *_: kill_group(signal.SIGKILL))
             signal.alarm(grace)
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(s, forward)
     for attempt in range(PORT_RETRIES + 1):
-        argv, port = list(cmd), 0
+        argv, port = cmd, 0
         if port_file:
-            port = prefer_port if attempt == 0 and prefer_port and not port_taken(prefer_port, bind_host) else 0
-            port = port or free_port(bind_host)
+            keep = attempt == 0 and prefer_port and not port_taken(prefer_port, bind_host)
+            port = prefer_port if keep else free_port(bind_host)
             argv = [a.replace(PORT_TOKEN, str(port)) for a in cmd]
-            _write_port(port_file, port)
+            with open(f"{port_file}.tmp{os.getpid()}", "w", encoding="utf-8") as f:
+                f.write(f"{port}\n")
+            os.replace(f.name, port_file)
         started = time.monotonic()
         try:
-            state["child"] = subprocess.Popen(argv, env=env, start_new_session=True)
+            child = subprocess.Popen(argv, env=env, start_new_session=True)
         except OSError as e:
             print(f"error: cannot start {argv[0]!r}: {e}", file=sys.stderr)
             return 127
-        rc = state["child"].wait()
+        rc = child.wait()
         kill_group(signal.SIGKILL)
         rc = 128 - rc if rc < 0 else rc
-        lost_race = (port_file and rc != 0 and not state["stopping"] and attempt < PORT_RETRIES
-                     and time.monotonic() - started < CLASH_WINDOW_S and port_taken(port, bind_host))  # fmt: skip
-        if not lost_race:
+        if not port_file or rc == 0 or stopping or attempt == PORT_RETRIES:
             return rc
-        print(f"port {port} was taken before the server bound it; starting it again on another port "
-              f"({attempt + 1} of {PORT_RETRIES})", file=sys.stderr, flush=True)  # fmt: skip
+        if time.monotonic() - started >= CLASH_WINDOW_S or not port_taken(port, bind_host):
+            return rc
+        why = f"port {port} was taken before the server bound it; starting it again on another port"
+        print(f"{why} ({attempt + 1} of {PORT_RETRIES})", file=sys.stderr, flush=True)
     return rc
 
 
-# --------------------------------------------------------------------------------------------- CLI
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="launch/layout.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("plan", help="print the split of this allocation (from the Slurm variables)")
-    p.add_argument("--format", choices=["shell", "json"], default="shell")
     r = sub.add_parser("run", help="run a command on this node's GPUs at the given positions")
     r.add_argument("--gpus", required=True, help="comma-separated GPU positions on this node, e.g. 0,1")
     r.add_argument("--grace", type=int, default=10, help="seconds from SIGTERM until the program is killed")
-    r.add_argument(
-        "--port-file",
-        default=None,
-        help="choose a free port here and now: it replaces {port} in the command and is written here",
-    )
+    r.add_argument("--port-file", default="", help="pick a free port now for {port} in the command; write it here")
     r.add_argument("--bind-host", default="", help="the address the server binds (for the free-port check)")
     r.add_argument("--prefer-port", type=int, default=0, help="with --port-file: this port when it is free")
     r.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     try:
-        if args.cmd == "plan":
-            alloc, lay = plan_from_env()
-            if args.format == "json":
-                out = {**asdict(lay), "ray": lay.ray, "source": alloc.source, "servers": lay.server_gpus()}
-                print(json.dumps(out, indent=2))
-            else:
-                sys.stdout.write(shell_assignments(alloc, lay))
-            return 0
         cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not cmd:
             raise LayoutError("run: no command after --")

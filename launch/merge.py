@@ -1,5 +1,11 @@
-"""The merged run log: every step exactly once across segments (see :mod:`launch.runlog`, "How the merge keeps each
-step once")."""
+"""The merged run log ``RUN_DIR/run_log.jsonl``: every step exactly once across segments.
+
+Segments are replayed in start order. One that resumed from step ``r`` rolled the model back to ``r``, so every
+record of a step ``> r`` from an earlier segment is superseded and the rerun's replaces it; several lines for one
+step (training, then validation metrics) merge into one record. EasyR1 logs a step right *after* saving its
+checkpoint, so a job killed in between keeps a step no rerun logs: ``run_summary.json`` lists it as ``missing`` (the
+launch's own stop waits for the step's line, so only a hard kill at that moment causes it).
+"""
 
 from __future__ import annotations
 
@@ -8,31 +14,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from core.errors import InputError
-from core.io import atomic_write_text, loads_record, open_regular
-from launch.run_files import REWARD_BATCHES, REWARD_COUNTERS, atomic_write_json, deep_merge, now_iso
+from core.io import atomic_write_json, atomic_write_text, loads_record, open_regular
+from launch.run_files import REWARD_BATCHES, REWARD_COUNTERS, deep_merge, now_iso
 from launch.segments import load_segments, segments_dir
 
+MAX_MISSING_LISTED = 1000
+"""At most this many missing steps are listed (the rest are counted: a step of 1e12 is no list of 1e12 numbers)."""
 
-# --------------------------------------------------------------------------------------------- merge
+
 @dataclass
 class MergeSummary:
-    steps: list[int]
-    """Steps present in the merged log, ascending."""
-    missing: list[int]
-    """Steps 1..max logged step (or ..max_steps) that no kept record covers: the first :data:`MAX_MISSING_LISTED`
-    (``missing_total`` counts them all; a step of 1e12 is never a list of 1e12 numbers)."""
-    superseded: dict[str, list[int]]
-    """Per segment: steps whose records were dropped because a later segment resumed from an earlier step."""
-    torn_lines: dict[str, int]
-    """Per segment: lines that were not valid JSON (a job killed mid-write)."""
-    reward_counters: dict[str, dict[str, float]]
-    """Per segment: sums of the numeric counters without a step in ``reward_counters.jsonl``."""
+    steps: list[int]  # the steps in the merged log, ascending
+    missing: list[int]  # the first MAX_MISSING_LISTED of steps 1..max(last step, max_steps) no record covers
+    superseded: dict[str, list[int]]  # per segment: steps a later segment's resume dropped
+    torn_lines: dict[str, int]  # per segment: lines that were not valid JSON (a job killed mid-write)
+    reward_counters: dict[str, dict[str, float]]  # per segment: sums of reward_counters.jsonl lines with no step
     missing_total: int = 0
-    """How many steps are missing (``missing`` lists at most :data:`MAX_MISSING_LISTED` of them)."""
-
-
-MAX_MISSING_LISTED = 1000
-"""At most this many missing steps are listed (the rest are counted); logged in the summary when hit."""
 
 
 def missing_steps(present: list[int], top: int, cap: int = MAX_MISSING_LISTED) -> tuple[list[int], int]:
@@ -76,45 +73,36 @@ def read_log_records(path: Path) -> tuple[list[dict], int]:
 
 
 def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
-    """Merge every segment's ``experiment_log.jsonl`` (and step-keyed ``reward_counters.jsonl`` lines) into
-    ``run_log.jsonl``: one record per step with a ``segment`` field; write ``run_summary.json``. Atomic.
-
-    The reward's training-batch records (``reward_batches.jsonl``) become each step's ``train_batch``: the reward
-    and its parts over the responses that trained (``train_batch.reward``), the groups kept and dropped by the
-    online filter, the filter attempts (``calls``), the kept qids and the reward's counters of those calls. EasyR1's
-    own ``reward/*`` keys average every response generated across the attempts, kept or not; ``train_batch`` is
-    the reward that produced the gradient."""
-    records: dict[int, dict] = {}
-    owners: dict[int, str] = {}
+    """Merge every segment's ``experiment_log.jsonl`` into ``run_log.jsonl`` (one record per step, with its
+    ``segment``) and write ``run_summary.json``, both atomically. Step-keyed ``reward_counters.jsonl`` lines join
+    their step; the reward's ``reward_batches.jsonl`` records become each step's ``train_batch``: the reward of the
+    responses that trained, where EasyR1's ``reward/*`` keys average every response generated in the attempts."""
+    records: dict[int, dict] = {}  # step -> its record, with the segment that first logged it
     superseded: dict[str, list[int]] = {}
     torn: dict[str, int] = {}
     counters: dict[str, dict[str, float]] = {}
     for seg in load_segments(run_dir):
         for step in [s for s in records if s > seg.resume_step]:
-            superseded.setdefault(owners[step], []).append(step)
-            del records[step], owners[step]
-        seg_dir = segments_dir(run_dir) / seg.name
-        rows, n_torn = read_log_records(seg_dir / "experiment_log.jsonl")
-        c_rows, c_torn = read_log_records(seg_dir / REWARD_COUNTERS)
-        if n_torn + c_torn:
-            torn[seg.name] = n_torn + c_torn
-        for row in rows:
-            if not isinstance(row.get("step"), int) or isinstance(row.get("step"), bool):
+            superseded.setdefault(records.pop(step)["segment"], []).append(step)
+        logs = {}
+        for name in ("experiment_log.jsonl", REWARD_BATCHES, REWARD_COUNTERS):
+            logs[name], n_torn = read_log_records(segments_dir(run_dir) / seg.name / name)
+            if n_torn:
+                torn[seg.name] = torn.get(seg.name, 0) + n_torn
+        for row in logs["experiment_log.jsonl"]:
+            step = row.get("step")
+            if not isinstance(step, int) or isinstance(step, bool):
                 continue
-            step = row["step"]
             if step in records:
                 records[step] = deep_merge(records[step], row)
             else:
-                records[step], owners[step] = dict(row), seg.name
-        b_rows, b_torn = read_log_records(seg_dir / REWARD_BATCHES)
-        if b_torn:
-            torn[seg.name] = torn.get(seg.name, 0) + b_torn
-        for row in b_rows:
+                records[step] = {"step": step, "segment": seg.name, **row}
+        for row in logs[REWARD_BATCHES]:
             n = row.get("batch")
             step = seg.resume_step + n if isinstance(n, int) and n >= 1 else None
-            if step is not None and owners.get(step) == seg.name:
+            if step in records and records[step]["segment"] == seg.name:
                 records[step]["train_batch"] = {k: v for k, v in row.items() if k not in ("batch", "time")}
-        for row in c_rows:
+        for row in logs[REWARD_COUNTERS]:
             step = row.get("step")
             body = {k: v for k, v in row.items() if k not in ("step", "time")}  # the reward stamps each line's time
             if isinstance(step, int) and step in records:
@@ -125,25 +113,13 @@ def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
                     if isinstance(v, (int, float)) and not isinstance(v, bool):
                         tot[k] = tot.get(k, 0) + v
     steps = sorted(records)
-    top = max([*steps, *([max_steps] if max_steps else [])], default=0)
-    missing, missing_total = missing_steps(steps, top)
-    lines = [
-        json.dumps({"step": s, "segment": owners[s], **{k: v for k, v in records[s].items() if k != "step"}})
-        for s in steps
-    ]
-    atomic_write_text(run_dir / "run_log.jsonl", "".join(line + "\n" for line in lines))
-    summary = MergeSummary(steps, missing, {k: sorted(v) for k, v in superseded.items()}, torn, counters,
-                           missing_total)  # fmt: skip
-    atomic_write_json(
-        run_dir / "run_summary.json",
-        {
-            "n_steps": len(steps),
-            "first_step": steps[0] if steps else None,
-            "last_step": steps[-1] if steps else None,
-            "max_steps": max_steps,
-            **asdict(summary),
-            "steps": None,  # the step list is run_log.jsonl itself
-            "merged_at": now_iso(),
-        },
-    )
+    missing, missing_total = missing_steps(steps, max([*steps, max_steps or 0]))
+    lines = [json.dumps(records[s]) + "\n" for s in steps]
+    atomic_write_text(run_dir / "run_log.jsonl", "".join(lines))
+    superseded = {k: sorted(v) for k, v in superseded.items()}
+    summary = MergeSummary(steps, missing, superseded, torn, counters, missing_total)
+    first, last = (steps[0], steps[-1]) if steps else (None, None)
+    head = {"n_steps": len(steps), "first_step": first, "last_step": last, "max_steps": max_steps}
+    # the step list is run_log.jsonl itself
+    atomic_write_json(run_dir / "run_summary.json", {**head, **asdict(summary), "steps": None, "merged_at": now_iso()})
     return summary

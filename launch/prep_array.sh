@@ -6,24 +6,22 @@
 #SBATCH --time=04:00:00
 #SBATCH --open-mode=append
 # --- help ---
-# Build the LongDocURL block cache and GRPO training set (`python -m data_prep longdocurl`) as a Slurm job array:
-# task I of N parses and embeds only its shard of the PDFs (`--shard I/N`: 1-based, by a hash of the doc_no, so a
-# document's shard never changes when others are added) into the one content-addressed cache, renders its page
-# images and writes its done-markers (OUT/.state/); no parquet. A final job, submitted with
-# --dependency=afterok:<array job> (and --kill-on-invalid-dep=yes, so it is cancelled, not left pending, when a
-# task fails), runs `--finalize`: it builds nothing, writes train.parquet, val.parquet, summary.json,
-# skipped.jsonl and overlap_report.json from the done-markers, and fails naming every document that has none.
+# Build the LongDocURL block cache and GRPO training set (`python -m data_prep longdocurl`) as a Slurm job array
+# (docs/cluster.md, "Job arrays (data prep and evaluation)"): task I of N (--array=1-N) builds shard I/N of the
+# documents (`--shard I/N`: by a hash of the doc_no, so a document's shard never changes when others are added) into
+# the one content-addressed cache, with its page images and done-markers (OUT/.state/); no parquet. A final job after
+# the array (--dependency=afterok:<array job>, --kill-on-invalid-dep=yes: cancelled, not left pending, when a task
+# fails) runs `--finalize`: it builds nothing, writes train.parquet, val.parquet, summary.json, skipped.jsonl and
+# overlap_report.json from the done-markers, and fails naming every document that has none.
 #
 #   bash launch/prep_array.sh             # from the repository root, on a login node: submits both jobs
 #   bash launch/prep_array.sh --dry-run   # print the plan (shards and their documents, commands, dependency)
 #
-# Array task ids are the shard numbers (--array=1-N), so Slurm's SLURM_ARRAY_TASK_ID is I. Rerunning after some
-# tasks failed redoes only what is missing: run the script again (every task skips the documents whose
-# done-marker, cache entry and images are present; cache entries are atomic and content-addressed), or resubmit
-# only the failed tasks with QUOTECITE_PREP_TASKS (the final job waits for those). The script can also be
-# submitted as the array itself: `sbatch --array=1-4 launch/prep_array.sh` runs task SLURM_ARRAY_TASK_ID of
-# QUOTECITE_PREP_SHARDS (else of SLURM_ARRAY_TASK_MAX) shards and submits no final job: then run
-# `QUOTECITE_PREP_PHASE=final sbatch launch/prep_array.sh` (or `bash` it) yourself.
+# Rerunning the script after failed tasks redoes only what is missing (every task skips the documents whose
+# done-marker, cache entry and images are present); QUOTECITE_PREP_TASKS resubmits only some tasks. Submitted as
+# the array itself (`sbatch --array=1-4 launch/prep_array.sh`), task I runs shard I of QUOTECITE_PREP_SHARDS (else
+# of SLURM_ARRAY_TASK_MAX) shards and no final job is submitted: then run `QUOTECITE_PREP_PHASE=final sbatch
+# launch/prep_array.sh` (or `bash` it) yourself.
 #
 # Settings (environment; passed on to the jobs):
 #   QUOTECITE_PREP_JSONL      LongDocURL.jsonl (required)
@@ -37,21 +35,19 @@
 #   QUOTECITE_PREP_SBATCH_ARGS  extra sbatch options for both jobs (e.g. "--partition=cpu --account=x")
 #   QUOTECITE_PREP_LOG_DIR    Slurm logs (default OUT/logs: shard-<array job>_<task>.out, final-<job>.out)
 #   QUOTECITE_PREP_CMD        the program (default "<python> -m data_prep longdocurl")
-#   QUOTECITE_PYTHON          the python (default REPO/.venv/bin/python, else python3)
+#   QUOTECITE_PYTHON          the python (default REPO/.venv/bin/python)
 #   QUOTECITE_PREP_PHASE      set by the script for its jobs: shard | final (unset: submit)
 #   QUOTECITE_PREP_FAIL_TASK  test hook only: array task ids (comma list) that exit 1 before doing any work
 # --- end help ---
 QC_SCRIPT=$(realpath "$0")  # --help prints the block above from the file run
 # --- repository: the same block in every launch script (tests/launch/test_launch_help.py checks it) ---
-# Under sbatch this file runs from a spool copy: QUOTECITE_REPO, else where sbatch ran, else next to this file, else
-# the script path Slurm recorded.
-for QC_REPO in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "$0")/.." 2>/dev/null && pwd)" \
+# sbatch runs a spool copy: the repository is QUOTECITE_REPO, else where sbatch ran, this file's, Slurm's record's
+for QC_REPO in "${QUOTECITE_REPO:-}" "${SLURM_SUBMIT_DIR:-}" "$(dirname "$0")/.." \
   "$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/^ *Command=\(.*\)\/launch\/[^/]*$/\1/p')"; do
-  [[ -n $QC_REPO && -f $QC_REPO/launch/job.py ]] && break
+  [[ -f $QC_REPO/launch/job.py ]] && break
 done
-[[ -f ${QC_REPO:-}/launch/job.py ]] || { echo "error: cannot find the repository; run sbatch from its root or set QUOTECITE_REPO" >&2; exit 1; }
-QC_REPO=$(cd "$QC_REPO" && pwd) && cd "$QC_REPO" || exit 1
-# --- end repository ---
+[[ -f $QC_REPO/launch/job.py ]] && cd "$QC_REPO" || { echo "error: cannot find the repository; run sbatch from its root or set QUOTECITE_REPO" >&2; exit 1; }
 QC_PY=${QUOTECITE_PYTHON:-.venv/bin/python}
 [[ -x $QC_PY || $QC_PY != */* ]] || { echo "error: $QC_PY not found: run \`make install\` in $PWD, or set QUOTECITE_PYTHON" >&2; exit 1; }
+# --- end repository ---
 exec "$QC_PY" -m launch.arrays prep "$QC_SCRIPT" "$@"

@@ -1,22 +1,20 @@
-"""What a run is made of: the recipe (read with :mod:`recipes.reader`), its checks and derived settings, and
-``manifest.json``."""
+"""The recipe of a run (read with :mod:`recipes.reader`), its checks and derived settings, and ``manifest.json``."""
 
 from __future__ import annotations
 
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from core.io import read_json_object
-from launch.run_files import RunError, atomic_write_json, now_iso
+from core.io import atomic_write_json, read_json_object
+from launch.run_files import RunError, now_iso
 from recipes.reader import RecipeError, dig
 from recipes.reader import load_recipe as read_recipe_file
 
 
-# --------------------------------------------------------------------------------------------- recipe
 def load_recipe(path: Path) -> dict:
-    """The recipe YAML as a dict (``${oc.env:...}`` interpolations are left as text): the one reader,
-    :func:`recipes.reader.load_recipe`."""
+    """The recipe YAML as a dict (``${oc.env:...}`` left as text), by :func:`recipes.reader.load_recipe`."""
     try:
         return read_recipe_file(path)
     except RecipeError as e:
@@ -25,12 +23,8 @@ def load_recipe(path: Path) -> dict:
 
 def parse_overrides(args: list[str]) -> dict[str, str]:
     """``key=value`` command-line overrides (EasyR1/OmegaConf style) as a flat dict."""
-    out = {}
-    for a in args:
-        if "=" in a:
-            k, v = a.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
+    pairs = (a.split("=", 1) for a in args if "=" in a)
+    return {k.strip(): v.strip() for k, v in pairs}
 
 
 def recipe_value(recipe: dict, overrides: dict[str, str], key: str, default: Any = None) -> Any:
@@ -38,12 +32,6 @@ def recipe_value(recipe: dict, overrides: dict[str, str], key: str, default: Any
         v = overrides[key]
         return None if v.lower() in ("null", "none", "~") else v
     return dig(recipe, key, default)
-
-
-def count_parquet_rows(path: Path) -> int:
-    import pyarrow.parquet as pq  # only when max_steps must be derived from the data
-
-    return int(pq.read_metadata(path).num_rows)
 
 
 def plan_max_steps(recipe: dict, overrides: dict[str, str], env_max_steps: str, train_files: str) -> tuple[int, str]:
@@ -61,55 +49,48 @@ def plan_max_steps(recipe: dict, overrides: dict[str, str], env_max_steps: str, 
             "cannot tell max_steps: set QUOTECITE_MAX_STEPS, or trainer.max_steps in the recipe, or point "
             f"QUOTECITE_TRAIN_FILES at the training parquet (got {train_files or 'nothing'!r})"
         )
-    rows = count_parquet_rows(Path(train_files))
+    import pyarrow.parquet as pq  # only when max_steps must be derived from the data
+
+    rows = int(pq.read_metadata(train_files).num_rows)
     return rows // bs * epochs, f"{rows} rows // rollout_batch_size {bs} * total_epochs {epochs}"
 
 
-def absolute_path_overrides(recipe: dict, overrides: dict[str, str], repo: Path) -> dict[str, str]:
-    """The trainer overrides that pin the recipe's relative paths and tell the reward its batch shape.
-
-    ``data.format_prompt`` and ``worker.reward.reward_function`` as absolute paths (a relative one is resolved from
-    ``repo``, where the recipe says they are relative to): EasyR1 resolves them from its working directory and,
-    when nothing is there, prints "not found" and trains without our prompt (or, for the reward, fails late).
-    With our reward plugin, also ``worker.reward.reward_function_kwargs.batch_groups`` (``data.rollout_batch_size``)
-    and ``keep_band`` (``[filter_low, filter_high]`` under online filtering, else null), so the reward can tell which
-    groups trained (``reward.pipeline.TrainBatchTracker``). Keys ``batch_groups``/``keep_band`` hold full
-    ``key=value`` strings like the paths; a value the user already overrides is kept as given."""
-    out: dict[str, str] = {}
+def absolute_path_overrides(recipe: dict, overrides: dict[str, str], repo: Path) -> list[str]:
+    """``key=value`` overrides: ``data.format_prompt`` and ``worker.reward.reward_function`` made absolute
+    against ``repo`` (EasyR1 resolves them from its working directory and, finding nothing, trains without our
+    prompt), and for our reward ``batch_groups`` and ``keep_band`` (``[filter_low, filter_high]`` under online
+    filtering, else null), so it can tell which groups trained; what the user overrides is kept as given."""
+    get = partial(recipe_value, recipe, overrides)
+    out = []
     for key in ("data.format_prompt", "worker.reward.reward_function"):
-        value = recipe_value(recipe, overrides, key)
+        value = get(key)
         if not isinstance(value, str) or not value or "${" in value:
             continue
-        path, sep, name = (
-            value.rpartition(":") if key.endswith("reward_function") and ":" in value else (value, "", "")
-        )
+        path, sep, name = value.rpartition(":") if key.endswith("function") and ":" in value else (value, "", "")
         p = Path(path).expanduser()
-        out[key] = f"{key}={(p if p.is_absolute() else repo / p).resolve()}{sep}{name}"
-    fn = str(recipe_value(recipe, overrides, "worker.reward.reward_function", "") or "")
-    if Path(fn.rpartition(":")[0] if ":" in fn else fn).name == "quote_reward.py":
+        out.append(f"{key}={(p if p.is_absolute() else repo / p).resolve()}{sep}{name}")
+    fn = str(get("worker.reward.reward_function") or "")
+    if Path(fn.rpartition(":")[0] or fn).name == "quote_reward.py":
         kw = "worker.reward.reward_function_kwargs"
-        if f"{kw}.batch_groups" not in overrides:
-            groups = recipe_value(recipe, overrides, "data.rollout_batch_size")
-            if groups not in (None, ""):
-                out["batch_groups"] = f"{kw}.batch_groups={int(groups)}"
+        if f"{kw}.batch_groups" not in overrides and get("data.rollout_batch_size") not in (None, ""):
+            out.append(f"{kw}.batch_groups={int(get('data.rollout_batch_size'))}")
         if f"{kw}.keep_band" not in overrides:
-            on = str(recipe_value(recipe, overrides, "algorithm.online_filtering", False)).lower() in ("true", "1")
-            low = recipe_value(recipe, overrides, "algorithm.filter_low", 0.01)
-            high = recipe_value(recipe, overrides, "algorithm.filter_high", 0.99)
-            out["keep_band"] = f"{kw}.keep_band=" + (f"[{float(low)},{float(high)}]" if on else "null")
+            band = "null"  # without online filtering every group trains
+            if str(get("algorithm.online_filtering", False)).lower() in ("true", "1"):
+                band = f"[{float(get('algorithm.filter_low', 0.01))},{float(get('algorithm.filter_high', 0.99))}]"
+            out.append(f"{kw}.keep_band={band}")
     return out
 
 
 def check_recipe(recipe: dict, overrides: dict[str, str]) -> list[str]:
     """Settings that would break chaining; each is a one-line error."""
+    get = partial(recipe_value, recipe, overrides)
     errors = []
-    save_freq = int(recipe_value(recipe, overrides, "trainer.save_freq", -1) or -1)
-    if save_freq <= 0:
+    if int(get("trainer.save_freq", -1) or -1) <= 0:
         errors.append("trainer.save_freq must be > 0: a job that never saves cannot be resumed by the next one")
-    if recipe_value(recipe, overrides, "trainer.load_checkpoint_path") not in (None, ""):
+    if get("trainer.load_checkpoint_path") not in (None, ""):
         errors.append("trainer.load_checkpoint_path must be null: it overrides find_last_checkpoint in every job")
-    save_limit = int(recipe_value(recipe, overrides, "trainer.save_limit", -1) or -1)
-    if save_limit == 1:
+    if int(get("trainer.save_limit", -1) or -1) == 1:
         errors.append(
             "trainer.save_limit=1 deletes the only complete checkpoint before the next one is written "
             "(EasyR1 prunes first); use -1 or >= 2"
@@ -117,7 +98,6 @@ def check_recipe(recipe: dict, overrides: dict[str, str]) -> list[str]:
     return errors
 
 
-# --------------------------------------------------------------------------------------------- manifest
 def git_state(repo: Path) -> dict:
     def git(*args: str) -> str:
         r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
@@ -141,11 +121,10 @@ def update_manifest(run_dir: Path, base: dict, job: dict, allow_recipe_change: b
                 "restore it, start a new RUN_DIR, or set QUOTECITE_ALLOW_RECIPE_CHANGE=1"
             )
         job = {**job, "recipe_sha256": new_sha}
+    jobs = {j.get("segment") or f"job {j.get('job_id')}": j for j in man.get("jobs", [])}
     key = job.get("segment") or f"job {job.get('job_id')}"
-    jobs = [j for j in man.get("jobs", []) if (j.get("segment") or f"job {j.get('job_id')}") != key]
-    old = next((j for j in man.get("jobs", []) if (j.get("segment") or f"job {j.get('job_id')}") == key), {})
-    jobs.append({**old, **job})
-    man["jobs"] = jobs
+    jobs[key] = {**jobs.pop(key, {}), **job}  # updated entries move to the end
+    man["jobs"] = list(jobs.values())
     for k in ("easyr1_commit", "vllm", "models", "max_steps"):
         if base.get(k) and not man.get(k):
             man[k] = base[k]

@@ -1,14 +1,13 @@
-"""``python -m launch.samples_page RUN_DIR [--out FILE] [--embed]`` (beside ``python -m launch.runlog plot``): the
-samples browser (:mod:`eval.samples_page`) of a training run. It reads ``RUN_DIR/segments/*/samples/batch_*.json``
-(:mod:`reward.samples`; the n-th batch of a segment is step ``resume_step + n``, a later segment supersedes the steps
-after its resume step, as ``launch/merge.py`` does for the curves) or, for a bare metrics folder, its ``samples/``,
-and writes ``RUN_DIR/samples.html``."""
+"""``python -m launch.samples_page RUN_DIR [--out FILE] [--embed]``: the samples browser (:mod:`eval.samples_page`)
+of a training run, ``RUN_DIR/samples.html``. The n-th batch of a segment is step ``resume_step + n``; a later segment
+supersedes the steps after its resume step, as ``launch/merge.py`` does for the curves."""
 
 from __future__ import annotations
 
 if __name__ == "__main__" and not __package__:  # run by its path: its imports need the package
     raise SystemExit("error: run this from the repository as: python -m launch.samples_page")
 
+import argparse
 from pathlib import Path
 
 from core.errors import InputError
@@ -24,28 +23,24 @@ def collect_steps(run_dir: str | Path) -> list[tuple[int, Path, dict]]:
     run = Path(run_dir)
     if not run.is_dir():
         raise InputError(f"run folder {run_dir}: not a folder")
+    if not segments_dir(run).is_dir():
+        return folder_steps(run)
     found: dict[int, tuple[Path, dict]] = {}
-    seg_root = run / "segments"
-    if seg_root.is_dir():
-        for seg in load_segments(run):
-            for step in [s for s in found if s > seg.resume_step]:
-                del found[step]  # the requeued segment redid these steps
-            folder = segments_dir(run) / seg.name / SAMPLES_DIR
-            if folder.is_dir():
-                for rec in load_steps(folder):
-                    found[seg.resume_step + int(rec["step"])] = (folder, rec)
-        return [(s, *found[s]) for s in sorted(found)]
-    return folder_steps(run)
+    for seg in load_segments(run):
+        found = {s: v for s, v in found.items() if s <= seg.resume_step}  # the requeued segment redid the others
+        folder = segments_dir(run) / seg.name / SAMPLES_DIR
+        if folder.is_dir():
+            for rec in load_steps(folder):
+                found[seg.resume_step + int(rec["step"])] = (folder, rec)
+    return [(s, *found[s]) for s in sorted(found)]
 
 
 def write_samples_page(run_dir: str | Path, out: str | Path | None = None, embed: bool = False) -> Path:
-    """The page of every sampled step of the run (:func:`collect_steps`); returns its path."""
+    """Write the page of every sampled step of the run (:func:`collect_steps`); returns its path."""
     return render_page(run_dir, out, embed, steps=collect_steps(run_dir))
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m launch.samples_page", description=__doc__.split("\n")[0])
     ap.add_argument("run_dir", help="run folder (segments/*/samples) or a metrics folder (samples/)")
     ap.add_argument("--out", default=None, help=f"output HTML (default RUN_DIR/{PAGE})")

@@ -1,5 +1,9 @@
-"""Job segments of a run (one per job start) and the decisions taken at a segment's start and end (see
-:mod:`launch.runlog`)."""
+"""Job segments of a run (one per start of the trainer) and the decisions taken at a segment's start and end.
+
+EasyR1's ``file`` logger opens ``experiment_log.jsonl`` with mode ``"w"`` at every start, so a resumed job wiped
+the metrics of all earlier ones (the paper lost steps 1-44 this way); each segment gets its own file instead
+(:func:`new_segment`), and :mod:`launch.merge` joins them.
+"""
 
 from __future__ import annotations
 
@@ -7,30 +11,22 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from core.io import read_json_object
-from launch.run_files import LOGGED_FILES, RunError, atomic_write_json, now_iso
+from core.io import atomic_write_json, read_json_object
+from launch.run_files import LOGGED_FILES, RunError, now_iso
 
 
-# --------------------------------------------------------------------------------------------- segments
 @dataclass
 class Segment:
-    """One start of the training program inside one Slurm job (a requeued job gets a new segment)."""
+    """One start of the trainer inside one Slurm job, saved as ``segments/<name>/segment.json``."""
 
-    name: str
-    """``<jobid>-<n>``: n counts earlier segments of the same job id (its requeues/restarts)."""
+    name: str  # <jobid>-<n>: n counts earlier segments of the same job id (its requeues and restarts)
     job_id: str
-    seq: int
-    """Start order within the run (1, 2, ...)."""
+    seq: int  # start order within the run (1, 2, ...)
     started_at: str
-    resume_step: int
-    """Step of the checkpoint this segment resumed from (0: from the start)."""
-    status: str = "running"
-    """running | stopped (warning signal) | finished | crashed | terminated | died | server_failed | check_failed |
-    outage (the trainer stopped on a judge/embedder outage; the launch restarted it in a new segment) |
-    no_group_kept (an attempt of the online filter kept no group: EasyR1 stopped; the run is not resubmitted)."""
+    resume_step: int  # step of the checkpoint this segment resumed from (0: from the start)
+    status: str = "running"  # running, died or one of launch.runlog.SEGMENT_END_STATUSES
     ended_at: str | None = None
-    end_step: int | None = None
-    """Last complete checkpoint when the segment ended."""
+    end_step: int | None = None  # the last complete checkpoint when the segment ended
     trainer_exit: int | None = None
     message: str = ""
     host: str = ""
@@ -43,30 +39,23 @@ def segments_dir(run_dir: Path) -> Path:
 
 def load_segments(run_dir: Path) -> list[Segment]:
     """All segments of the run, in start order."""
-    out = []
-    for p in sorted(segments_dir(run_dir).glob("*/segment.json")):
-        out.append(segment_of(read_json_object(p, "segment"), p))
-    return sorted(out, key=lambda s: s.seq)
+    paths = sorted(segments_dir(run_dir).glob("*/segment.json"))
+    return sorted((segment_of(read_json_object(p, "segment"), p) for p in paths), key=lambda s: s.seq)
 
 
-_SEGMENT_TYPES = {"name": str, "job_id": str, "seq": int, "started_at": str, "resume_step": int, "status": str}
+_FIELD_TYPES = dict(
+    name=str, job_id=str, seq=int, started_at=str, resume_step=int, status=str, end_step=int | None, extra=dict
+)
+_EXPECTED = {str: "a string", int: "a whole number >= 0", int | None: "a whole number >= 0 or null", dict: "an object"}
 
 
 def segment_of(d: dict, path: Path) -> Segment:
     """A :class:`Segment` from a ``segment.json`` record, every field checked (:class:`RunError` naming the file and
     the field: a torn or hand-edited file never becomes a segment with a textual step)."""
-    for key, kind in _SEGMENT_TYPES.items():
-        v = d.get(key)
-        if not isinstance(v, kind) or isinstance(v, bool) or (kind is int and v < 0):
-            raise RunError(
-                f"segment file {path}: field {key!r} is {v!r}, expected {'a whole number >= 0' if kind is int else 'a string'}"
-            )
-    for key in ("end_step",):
-        v = d.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise RunError(f"segment file {path}: field {key!r} is {v!r}, expected a whole number >= 0 or null")
-    if not isinstance(d.get("extra", {}), dict):
-        raise RunError(f"segment file {path}: field 'extra' is not an object")
+    for key, kind in _FIELD_TYPES.items():
+        v = d.get(key, {} if kind is dict else None)
+        if not isinstance(v, kind) or isinstance(v, bool) or (isinstance(v, int) and v < 0):
+            raise RunError(f"segment file {path}: field {key!r} is {v!r}, expected {_EXPECTED[kind]}")
     return Segment(**{k: v for k, v in d.items() if k in Segment.__dataclass_fields__})
 
 
@@ -78,16 +67,9 @@ def new_segment(run_dir: Path, job_id: str, resume_step: int) -> Segment:
     """Create ``segments/<jobid>-<n>/`` and point EasyR1's truncating log files at it."""
     existing = load_segments(run_dir)
     n = sum(1 for s in existing if s.job_id == job_id)
-    seg = Segment(
-        name=f"{job_id}-{n}",
-        job_id=job_id,
-        seq=max((s.seq for s in existing), default=0) + 1,
-        started_at=now_iso(),
-        resume_step=resume_step,
-        host=os.uname().nodename,
-    )
-    seg_dir = segments_dir(run_dir) / seg.name
-    seg_dir.mkdir(parents=True, exist_ok=False)
+    seq = max((s.seq for s in existing), default=0) + 1
+    seg = Segment(f"{job_id}-{n}", job_id, seq, now_iso(), resume_step, host=os.uname().nodename)
+    (segments_dir(run_dir) / seg.name).mkdir(parents=True)
     save_segment(run_dir, seg)
     ckpt_dir = run_dir / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -97,7 +79,7 @@ def new_segment(run_dir: Path, job_id: str, resume_step: int) -> Segment:
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(Path("..") / "segments" / seg.name / name)
         if link.exists() and not link.is_symlink():  # a log written before segments existed: keep it
-            os.replace(link, seg_dir.parent / f"pre-segment-{name}")
+            os.replace(link, segments_dir(run_dir) / f"pre-segment-{name}")
         os.replace(tmp, link)
     return seg
 
@@ -130,13 +112,12 @@ def decide_at_start(segments: list[Segment], resume_step: int, max_steps: int, m
         return Decision("done", f"run complete: checkpoint global_step_{resume_step} reaches max_steps={max_steps}")
     stalled = stalled_count(segments)
     if max_stalled > 0 and stalled >= max_stalled:
-        return Decision(
-            "stop",
-            f"{stalled} jobs in a row made no progress (still at step {resume_step}, max_stalled_jobs="
-            f"{max_stalled}); not training. See the trainer logs under segments/; fix the cause and submit again "
-            "with a larger QUOTECITE_MAX_STALLED_JOBS or after removing the stalled segments.",
-            1,
+        why = (
+            f"{stalled} jobs in a row made no progress (still at step {resume_step}, max_stalled_jobs={max_stalled}); "
+            "not training. See the trainer logs under segments/; fix the cause and submit again with a larger "
+            "QUOTECITE_MAX_STALLED_JOBS or after removing the stalled segments."
         )
+        return Decision("stop", why, 1)
     return Decision("run", f"resuming from step {resume_step}" if resume_step else "starting from step 0")
 
 
@@ -149,31 +130,19 @@ def decide_at_end(segments: list[Segment], max_steps: int, max_stalled: int) -> 
     if seg.status == "outage" and end < max_steps:
         return Decision("restart", f"server outage at step {end}: restarting the servers and the trainer", 0)
     if seg.status == "terminated":
-        return Decision(
-            "none",
-            "job was cancelled or requeued by Slurm; no new job submitted (a requeued job resumes by itself)",
-            143,
-        )
+        why = "job was cancelled or requeued by Slurm; no new job submitted (a requeued job resumes by itself)"
+        return Decision("none", why, 143)
     if end >= max_steps:
         return Decision("done", f"run complete: global_step_{end} reaches max_steps={max_steps}")
     if seg.status == "finished":
-        return Decision(
-            "stop",
-            f"the trainer exited normally at step {end} < max_steps={max_steps}; not resubmitting (does the "
-            "recipe's trainer.max_steps agree with the launch's?)",
-            1,
-        )
+        why = f"the trainer exited normally at step {end} < max_steps={max_steps}; not resubmitting"
+        return Decision("stop", why + " (does the recipe's trainer.max_steps agree with the launch's?)", 1)
     stalled = stalled_count(segments)
     if max_stalled > 0 and stalled >= max_stalled:
+        why = f"{stalled} jobs in a row made no progress (stuck at step {end}); not resubmitting"
         return Decision(
-            "stop",
-            f"{stalled} jobs in a row made no progress (stuck at step {end}); not resubmitting. Last trainer exit "
-            f"code {seg.trainer_exit}; see segments/{seg.name}/trainer.log",
-            1,
+            "stop", f"{why}. Last trainer exit code {seg.trainer_exit}; see segments/{seg.name}/trainer.log", 1
         )
-    what = "crashed" if seg.status == "crashed" else "stopped"
-    return Decision(
-        "continue",
-        f"trainer {what} at step {end} of {max_steps}; the run continues",
-        1 if seg.status == "crashed" else 0,
-    )
+    crashed = seg.status == "crashed"
+    why = f"trainer {'crashed' if crashed else 'stopped'} at step {end} of {max_steps}; the run continues"
+    return Decision("continue", why, int(crashed))

@@ -1,9 +1,5 @@
-"""The judge's and the embedder's server command lines and the wait for a server's ``/health``, written once.
-
-The training job (:mod:`launch.job`) and the evaluation and data-prep arrays (:mod:`launch.arrays`) call them.
-The wait is the reward's own (:func:`reward.servers.wait_for_health`: exponential backoff, capped), ended at once
-when the server's process exits.
-"""
+"""The judge's and the embedder's server command lines and the wait for a server's ``/health``, written once for the
+training job (:mod:`launch.job`) and the arrays (:mod:`launch.arrays`)."""
 
 from __future__ import annotations
 
@@ -18,49 +14,53 @@ WRAP_GRACE_S = 5
 
 
 def no_proxy_env(nodes: list[str], environ) -> dict[str, str]:
-    """``NO_PROXY``/``no_proxy`` with loopback and the given node names added to what the environment had: httpx
-    (the reward, the health waits) honours ``HTTP(S)_PROXY`` for every host not listed there, so on a cluster that
-    exports a proxy every request to a server on a node would go to the proxy and the health wait would time out.
+    """``NO_PROXY``/``no_proxy``: the environment's, plus loopback and ``nodes``. httpx sends every request to a host
+    not listed there through ``HTTP(S)_PROXY``, so a cluster's proxy would stand between the job and its servers.
 
     >>> no_proxy_env(["gpu01", "gpu02"], {"NO_PROXY": "internal.example"})["NO_PROXY"]
     'internal.example,localhost,127.0.0.1,::1,gpu01,gpu02'
     """
     have = [h for h in (environ.get("NO_PROXY") or environ.get("no_proxy") or "").split(",") if h.strip()]
-    hosts = have + [h for h in ("localhost", "127.0.0.1", "::1", *nodes) if h not in have]
-    value = ",".join(hosts)
+    value = ",".join(have + [h for h in ("localhost", "127.0.0.1", "::1", *nodes) if h not in have])
     return {"NO_PROXY": value, "no_proxy": value}
 
 
 def server_argv(role: str, s: settings.Settings, host: str, port: str | int, cmd: list[str]) -> list[str]:
-    """The command line of a judge or embedder server (``cmd``: the program, default ``vllm serve``).
+    """The command line of the judge or the embedder server; ``cmd`` is the program (default ``vllm serve``).
 
-    The judge sees up to the recipe's ``max_crops`` (6) crops per request. Its reply format needs no server flag:
-    each request carries its own constraint without free whitespace (:func:`reward.judge_prompt.reply_regex`), so
-    the judge scores on any vLLM server, this one or one a user started by hand. The embedder runs vLLM's
-    pooling runner (last-token hidden state, L2-normalised: the encoder's embedding). The weights are
-    ``QUOTECITE_{JUDGE,EMBED}_WEIGHTS`` (a local folder) when set, else the model id; the served name is the model id.
+    The weights are ``QUOTECITE_{JUDGE,EMBED}_WEIGHTS`` when set, else the model id, served under the model id. The
+    judge takes up to 8 images a request (the recipe shows at most ``max_crops``, 6); its reply format needs no
+    server flag (each request carries its own constraint). The embedder is vLLM's pooling runner.
     """
-    if role == "embed":
-        return [*cmd, str(s.models.embed_weights or s.models.embed_model), "--host", host, "--port", str(port),
-                "--served-model-name", s.models.embed_model, "--runner", "pooling",
-                "--gpu-memory-utilization", str(s.servers.embed_gpu_util), "--max-model-len", str(s.servers.embed_max_model_len),
-                *(s.servers.embed_args or [])]  # fmt: skip
-    if role != "judge":
+    m, srv = s.models, s.servers
+    if role == "judge":
+        model, weights, util, max_len = m.judge_model, m.judge_weights, srv.judge_gpu_util, srv.judge_max_model_len
+        own = ["--limit-mm-per-prompt", '{"image": 8}', *(srv.judge_args or [])]
+    elif role == "embed":
+        model, weights, util, max_len = m.embed_model, m.embed_weights, srv.embed_gpu_util, srv.embed_max_model_len
+        own = ["--runner", "pooling", *(srv.embed_args or [])]
+    else:
         raise ValueError(f"server role {role!r}: expected one of {', '.join(ROLES)}")
-    return [*cmd, str(s.models.judge_weights or s.models.judge_model), "--host", host, "--port", str(port),
-            "--served-model-name", s.models.judge_model, "--gpu-memory-utilization", str(s.servers.judge_gpu_util),
-            "--max-model-len", str(s.servers.judge_max_model_len), "--limit-mm-per-prompt", '{"image": 8}',
-            *(s.servers.judge_args or [])]  # fmt: skip
+    argv = [*cmd, str(weights or model), "--host", host, "--port", str(port), "--served-model-name", model]
+    return [*argv, "--gpu-memory-utilization", str(util), "--max-model-len", str(max_len), *own]
 
 
 class NotHealthy(RuntimeError):
     """A server that exited or did not answer in time; the message names it, its URL and its log."""
 
 
-def wait_healthy(url: str | Callable[[], str], label: str, timeout_s: float, poll_s: float, log: str,
-                 exited: Callable[[], int | None], stop: Callable[[], bool] = lambda: False) -> float:  # fmt: skip
-    """Wait until ``url`` (``.../health``; a callable while the port is not known yet) answers 200; the seconds it
-    took. :class:`NotHealthy` when ``exited()`` returns the server's exit status, or after ``timeout_s``."""
+def wait_healthy(
+    url: str | Callable[[], str],
+    label: str,
+    timeout_s: float,
+    poll_s: float,
+    log: str,
+    exited: Callable[[], int | None],
+    stop: Callable[[], bool] = lambda: False,
+) -> float:
+    """Wait until ``url`` (``.../health``; a callable while the port is not known yet) answers 200: the reward's own
+    wait, ended at once when ``exited()`` returns the server's exit status. The seconds it took; :class:`NotHealthy`
+    when the server exited or after ``timeout_s``."""
     from reward.servers import HEALTH_BACKOFF_S, ServerOutageError, wait_for_health
 
     started = time.monotonic()
@@ -69,12 +69,11 @@ def wait_healthy(url: str | Callable[[], str], label: str, timeout_s: float, pol
         rc = exited()
         return f"exited (code {rc})" if rc is not None else ("the job is stopping" if stop() else "")
 
-    current = url if callable(url) else (lambda: url)
     try:
-        wait_for_health(current, started + timeout_s, started, label, timeout_s, alive=alive,
-                        backoff_s=(min(HEALTH_BACKOFF_S[0], poll_s), max(poll_s * 4, poll_s)))  # fmt: skip
+        backoff = (min(HEALTH_BACKOFF_S[0], poll_s), poll_s * 4)
+        wait_for_health(url, started + timeout_s, started, label, timeout_s, alive=alive, backoff_s=backoff)
     except ServerOutageError:
-        why, where = alive(), current() or "its port"
+        why, where = alive(), (url() if callable(url) else url) or "its port"
         if why.startswith("exited"):
             raise NotHealthy(f"{label} {why} before answering {where}; see its log: {log}") from None
         raise NotHealthy(f"{label} did not answer {where} within {timeout_s:g}s; see its log: {log}") from None

@@ -1,25 +1,10 @@
-"""The launch's settings: one typed object, nested dataclasses by group, one default and one docstring per field.
+"""The launch's settings: one typed object, nested frozen dataclasses by group, one default and one docstring per field.
 
-The training launch, the evaluation and data-prep arrays, ``launch.setup``, the reward (through the variables the
-launch sets for the trainer) and the test stand-ins read the same :class:`Settings`: ``s.servers.health_timeout`` is
-the setting ``QUOTECITE_HEALTH_TIMEOUT`` (each field's environment name is ``QUOTECITE_`` and its name). Each group
-(:class:`Run`, :class:`Servers`, ...) is a frozen dataclass whose fields are made by :func:`opt`: the default as the
-user would type it, a typed validator (the option checks of :mod:`data_prep.validate` and a few small ones here),
-the unit and who reads it; the docstring under a field is its help line. :data:`SETTINGS` is the same as a table.
-
-:func:`resolve` layers, lowest first: the defaults, a YAML settings file (``--config FILE`` or ``QUOTECITE_CONFIG``,
-``servers: {judge_port: 8010}``), the environment (``QUOTECITE_*``), the command line (``--set servers.judge_port=8010``).
-It checks every value with its validator and reports *all* problems at once in one :class:`SettingsError`, an unknown
-name included (with the closest known one as a suggestion).
-
-A default is written as the user would type it. ``{repo}`` stands for the repository root, ``{QUOTECITE_OTHER}`` for
-another setting's resolved text (``QUOTECITE_CACHE_DIR`` defaults to ``{QUOTECITE_DATA_DIR}/cache``); a default that
-names an unset setting is itself unset. As in a shell's ``${VAR:-default}``, a value set to the empty string counts
-as unset, except for a setting made with ``empty=True`` (``QUOTECITE_FLASH_ATTN=""`` skips flash-attn).
-
-Commands: ``python -m launch.settings`` (or ``table``) prints the grouped table, ``markdown`` the same as a markdown
-table (the documentation's settings reference, docs/settings.md), ``show`` the resolved values (exit 2 with one
-``error:`` block when a setting is wrong); ``--config`` and ``--set`` add those layers.
+docs/settings.md is the user's guide (the layers, ``--config``, ``--set``, the table generated from here). A field is
+made by :func:`opt`: its default as the user would type it, its validator, unit and readers; the docstring under it is
+its help line; ``s.servers.health_timeout`` is ``QUOTECITE_HEALTH_TIMEOUT``. In a default, ``{repo}`` is the
+repository and ``{QUOTECITE_X}`` the text of a setting defined above (unset, it leaves this one unset). As in a shell's
+``${VAR:-default}``, an empty value counts as unset, except for a setting made with ``empty=True``.
 """
 
 from __future__ import annotations
@@ -29,7 +14,6 @@ if __name__ == "__main__" and not __package__:  # run by its path: its imports n
 
 import argparse
 import ast
-import dataclasses
 import difflib
 import inspect
 import ipaddress
@@ -51,33 +35,12 @@ from data_prep.validate import bounded_float, bounded_int, nonneg_int, one_of, p
 
 PREFIX = "QUOTECITE_"
 REPO = Path(__file__).resolve().parents[1]
-"""The repository this module is in (``python -m launch.settings show`` resolves ``{repo}`` to it)."""
-
 JUDGE_MODEL = "Qwen/Qwen3.5-9B"
-"""The judge served by vLLM and named in every judge request (``QUOTECITE_JUDGE_MODEL``'s default)."""
 EMBED_MODEL = "Qwen/Qwen3-VL-Embedding-2B"
-"""The quote embedder served by vLLM's pooling runner (``QUOTECITE_EMBED_MODEL``'s default)."""
-
-GROUPS: dict[str, str] = {
-    "run": "the training run",
-    "chain": "the chain of Slurm jobs",
-    "servers": "the judge and embedder servers",
-    "models": "the models",
-    "layout": "the split of the allocation",
-    "ray": "the Ray cluster of a multi-node trainer",
-    "software": "the GPU environments (launch/setup.py) and tools",
-    "eval": "the evaluation (launch/eval_8b.sh)",
-    "prep": "the data-prep array (launch/prep_array.sh)",
-    "test": "tests, CI and benchmarks only",
-}
-"""The groups of :data:`SETTINGS`, in the order the tables show them."""
 READERS = ("launch", "reward", "eval", "prep", "test")
-"""Who reads a setting: the launch program, the trainer's reward (the launch sets these for it), the evaluation
-array, the data-prep array, the tests and stand-ins."""
-
+"""Who reads a setting: the launch, the trainer's reward (the launch sets these for it), the two arrays, the tests."""
 SOURCES = ("default", "file", "environment", "command line")
 """Where a value can come from, lowest layer first."""
-
 MAX_TEXT = 4096
 """A setting's value longer than this is refused (a path, a flag list, a URL list never is)."""
 
@@ -87,51 +50,30 @@ class SettingsError(InputError):
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
-        if len(self.problems) == 1:
-            text = self.problems[0]
-        else:
-            text = f"{len(self.problems)} launch settings are wrong:\n" + "\n".join("  " + p for p in self.problems)
-        super().__init__(text)
+        head = f"{len(problems)} launch settings are wrong:\n  " if len(problems) > 1 else ""
+        super().__init__(head + "\n  ".join(problems))
 
 
 # ------------------------------------------------------------------------------------------------- validators
-def _named(fn: Callable, name: str) -> Callable:
-    fn.__name__ = name
-    return fn
-
-
-def _line(text: str, what: str = "a value") -> str:
-    if len(text) > MAX_TEXT:
-        raise ValueError(f"expected {what}, got {len(text)} characters")
-    if any(c in text for c in "\0\n\r"):
-        raise ValueError(f"expected {what} on one line (no NUL or newline)")
-    return text
+def _one_line(value: str) -> str:
+    """``value`` if it is one line of at most :data:`MAX_TEXT` characters (:func:`resolve` checks every value)."""
+    if len(value) > MAX_TEXT:
+        raise ValueError(f"expected at most {MAX_TEXT} characters, got {len(value)}")
+    if any(c in value for c in "\0\n\r"):
+        raise ValueError("expected one line (no NUL or newline)")
+    return value
 
 
 def text(value: str) -> str:
-    """Any text on one line, not empty."""
-    if not _line(value).strip():
+    """Any text, not only blanks."""
+    if not value.strip():
         raise ValueError("expected a value, got only blanks")
     return value
 
 
-def any_text(value: str) -> str:
-    """Any text on one line, the empty string included."""
-    return _line(value)
-
-
 def path(value: str) -> Path:
-    """A file or folder (not resolved here: a relative path is relative to where the launch runs)."""
-    if not _line(value, "a path").strip():
-        raise ValueError("expected a path, got only blanks")
-    return Path(value)
-
-
-def program(value: str) -> str:
-    """A program: a path, or a name looked up on PATH (``python3``)."""
-    if not _line(value, "a program").strip():
-        raise ValueError("expected a program, got only blanks")
-    return value
+    """A file or folder (not resolved: a relative path is relative to where the launch runs)."""
+    return Path(text(value))
 
 
 def flag(value: str) -> bool:
@@ -142,25 +84,20 @@ def flag(value: str) -> bool:
 
 
 def flags(value: str) -> list[str]:
-    """Command-line words, split as the shell would (``shlex.split``: quotes group, nothing is expanded)."""
+    """Command-line words, split as the shell would (quotes group, nothing is expanded)."""
     try:
-        return shlex.split(_line(value, "command-line flags"))
+        return shlex.split(value)
     except ValueError as e:
         raise ValueError(f"cannot split into words: {str(e).lower()}") from None
 
 
-_LAUNCH_SERVER_FLAGS = ("--port", "--host", "--served-model-name", "--model")
-
-
 def server_flags(value: str) -> list[str]:
-    """Extra ``vllm serve`` flags (:func:`flags`), never one the launch sets itself: ``--port`` (the job waits on
-    the port it chose), ``--host``, ``--served-model-name`` and ``--model`` (the reward asks for the model id)."""
+    """Extra ``vllm serve`` flags, never one the launch sets: the job waits on the port it chose and the reward asks
+    for the model id."""
     words = flags(value)
-    for w in words:
-        name = w.split("=", 1)[0]
-        if name in _LAUNCH_SERVER_FLAGS:
-            raise ValueError(f"{name} is set by the launch (QUOTECITE_JUDGE_PORT or QUOTECITE_EMBED_PORT, the node, the model id); "
-                             "leave it out")  # fmt: skip
+    for name in (w.split("=", 1)[0] for w in words):
+        if name in ("--port", "--host", "--served-model-name", "--model"):
+            raise ValueError(f"{name} is set by the launch (QUOTECITE_*_PORT, the node, the model id); leave it out")
     return words
 
 
@@ -172,66 +109,47 @@ def command(value: str) -> list[str]:
     return words
 
 
-URL_SCHEMES = frozenset({"http", "https"})
-"""What a server URL may start with (``scheme://``)."""
-
-
 def url(value: str) -> str:
     """An ``http://`` or ``https://`` URL with a host."""
-    _line(value, "a URL")
     try:
         parts = urllib.parse.urlsplit(value.strip())
         parts.port  # noqa: B018  (raises on a port that is not a number in range)
     except ValueError as e:
         raise ValueError(f"not a URL: {e}") from None
-    if parts.scheme not in URL_SCHEMES or not parts.hostname:
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("expected an http:// or https:// URL with a host")
     return value.strip()
 
 
 def urls(value: str) -> list[str]:
     """One URL or several, comma-separated (the replicas of one judge)."""
-    items = [item.strip() for item in _line(value, "URLs").split(",")]
+    items = [item.strip() for item in value.split(",")]
     if not all(items):
         raise ValueError("expected comma-separated URLs, got an empty item")
     return [url(item) for item in items]
 
 
-_MODEL_ID = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.\-/:@+]*")
+def _matching(pattern: str, what: str, max_len: int = 256) -> Callable[[str], str]:
+    """A validator of text that, stripped, fully matches ``pattern``."""
+
+    def parse(value: str) -> str:
+        if len(value) > max_len or not re.fullmatch(pattern, value.strip()):
+            raise ValueError(f"expected {what}")
+        return value.strip()
+
+    return parse
 
 
-def model_id(value: str) -> str:
-    """A model name as vLLM serves it (``Qwen/Qwen3.5-9B``): letters, digits, ``_ . - / : @ +``, no blanks."""
-    if len(value) > 256 or not _MODEL_ID.fullmatch(value):
-        raise ValueError(f"expected a model id such as {JUDGE_MODEL} (no blanks or quotes)")
-    return value
-
-
-_VERSION = re.compile(r"[0-9]+(\.[0-9]+)*([A-Za-z0-9.+!-]*)")
-
-
-def version(value: str) -> str:
-    """A package version (``0.32.0``)."""
-    if len(value) > 64 or not _VERSION.fullmatch(value.strip()):
-        raise ValueError("expected a version such as 0.32.0")
-    return value.strip()
-
-
-_REV = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/\-]*")
-
-
-def git_rev(value: str) -> str:
-    """A git commit, tag or branch (``b44b311``): git's own ref-name rules, so no ``..``, ``//`` or ending ``/``
-    (a revision also names a folder of the set-up: it can never lead out of it)."""
-    v = value.strip()
-    if len(value) > 256 or not _REV.fullmatch(v) or ".." in v or "//" in v or v.endswith(("/", ".", ".lock")):
-        raise ValueError("expected a git commit, tag or branch")
-    return v
+model_id = _matching(r"[A-Za-z0-9_.][A-Za-z0-9_.\-/:@+]*", f"a model id such as {JUDGE_MODEL} (no blanks or quotes)")
+version = _matching(r"[0-9]+(\.[0-9]+)*[A-Za-z0-9.+!-]*", "a version such as 0.32.0", 64)
+git_rev = _matching(r"(?!.*(\.\.|//))[A-Za-z0-9][A-Za-z0-9._/\-]*(?<![/.])(?<!\.lock)", "a git commit, tag or branch")
+"""By git's ref-name rules: no ``..`` or ``//``, no ending ``/``, ``.`` or ``.lock`` (it also names a folder of the
+set-up, which it can never lead out of)."""
 
 
 def array_ids(value: str) -> str:
     """Slurm array task ids: ``1-8``, ``2,4``, ``1-3,7`` (each range low to high)."""
-    items = _line(value, "array ids").replace(" ", "").split(",")
+    items = value.replace(" ", "").split(",")
     for item in items:
         m = re.fullmatch(r"([0-9]{1,9})(?:-([0-9]{1,9}))?", item)
         if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
@@ -239,22 +157,10 @@ def array_ids(value: str) -> str:
     return ",".join(items)
 
 
-def max_array_id(ids: str) -> int:
-    """The highest task id of :func:`array_ids`' text (``1-8,10`` -> 10)."""
-    return max(int(part.split("-")[-1]) for part in ids.split(","))
-
-
-TASKS_OF_SHARDS = (
-    ("QUOTECITE_PREP_TASKS", "QUOTECITE_PREP_SHARDS"),
-    ("QUOTECITE_EVAL_TASKS", "QUOTECITE_EVAL_SHARDS"),
-)
-"""(task ids, shard count) pairs: no task id may exceed its shard count."""
-
-
 def node_counts(value: str) -> list[int]:
     """GPUs per node in Slurm's count form: ``8``, ``8(x2),4`` (one count for every node, or one per node)."""
     out: list[int] = []
-    for item in _line(value, "GPU counts").split(","):
+    for item in value.split(","):
         m = re.fullmatch(r"\s*([0-9]{1,4})\s*(?:\(x([0-9]{1,5})\))?\s*", item)
         if not m:
             raise ValueError(f"{item.strip()!r} is not a count like 8 or 8(x2)")
@@ -265,13 +171,10 @@ def node_counts(value: str) -> list[int]:
 
 
 def node_addresses(value: str) -> dict[str, str]:
-    """``node=IP`` pairs, comma-separated, each IP not a loopback one (another node could not reach it).
-
-    >>> node_addresses("gpu01=10.1.0.1, gpu02=10.1.0.2")
-    {'gpu01': '10.1.0.1', 'gpu02': '10.1.0.2'}
-    """
+    """``node=IP`` pairs, comma-separated (``gpu01=10.1.0.1,gpu02=10.1.0.2``); no loopback IP, which another node
+    could not reach."""
     out: dict[str, str] = {}
-    for item in (x.strip() for x in _line(value, "node=IP pairs").split(",")):
+    for item in (x.strip() for x in value.split(",")):
         node, sep, addr = (x.strip() for x in item.partition("="))
         if not sep or not node or not addr:
             raise ValueError(f"expected node=IP pairs such as gpu01=10.1.0.1 ({item!r} is not one)")
@@ -298,12 +201,9 @@ def step_seconds(value: str) -> tuple[int, float]:
         raise ValueError(f"expected STEP:SECONDS: {e}") from None
 
 
-port = _named(bounded_int(0, 65535), "port")
-"""A TCP port, 0 .. 65535 (0: any free port)."""
-fraction = _named(bounded_float(0.0, 1.0, lo_open=True), "fraction")
-"""A share, more than 0 and at most 1."""
+port = bounded_int(0, 65535)
+fraction = bounded_float(0.0, 1.0, lo_open=True)
 seconds = positive_float
-"""A duration in seconds, finite and > 0."""
 
 
 # ------------------------------------------------------------------------------------------------- the settings
@@ -311,15 +211,14 @@ _TEMPLATE = re.compile(r"\{(repo|QUOTECITE_[A-Z0-9_]+)\}")
 
 
 def opt(default: str | None, parse: Callable[[str], Any], unit: str, readers: str, empty: bool = False) -> Any:
-    """One setting's field: its default as the user would type it (``{repo}`` and ``{QUOTECITE_X}`` are filled in by
-    :func:`resolve`), parsed by its validator into the field's typed default; its unit; who reads it (comma-separated,
-    from :data:`READERS`); ``empty``: the empty string is a value, not "unset"."""
+    """One setting's field: its default as the user would type it (the field's typed default is it parsed, None for a
+    template), its validator, unit, who reads it (comma-separated, from :data:`READERS`) and whether the empty string
+    is a value rather than "unset"."""
     typed = None if default is None or _TEMPLATE.search(default) else parse(default)
     meta = {"default": default, "parse": parse, "unit": unit, "readers": readers, "empty": empty}
     return field(default=typed, metadata=meta)  # a list default would need a factory: dataclass refuses it at import
 
 
-# fmt: off
 @dataclass(frozen=True)
 class Run:
     """The training run."""
@@ -358,11 +257,11 @@ class Run:
     """Trainer restarts per job after a judge/embedder outage."""
     preflight: bool = opt("1", flag, "0/1", "launch")
     """Run the reward's check against the live servers before training."""
-    check_python: str | None = opt(None, program, "path", "launch")
+    check_python: str | None = opt(None, text, "path", "launch")
     """Python of the reward check (default: the trainer's, where the reward runs)."""
     allow_recipe_change: bool = opt("0", flag, "0/1", "launch")
     """Let a resumed run continue with a changed recipe."""
-    python: str | None = opt(None, program, "path", "launch,eval,prep")
+    python: str | None = opt(None, text, "path", "launch,eval,prep")
     """Python of the launch's own tools (default: REPO/.venv/bin/python, else python3)."""
     metrics_dir: Path | None = opt(None, path, "path", "reward")
     """Segment folder the reward writes its counters and samples to (set by the launch)."""
@@ -420,9 +319,9 @@ class Servers:
 class Models:
     """The models."""
 
-    judge_model: str = opt("Qwen/Qwen3.5-9B", model_id, "model id", "launch,reward,eval")
+    judge_model: str = opt(JUDGE_MODEL, model_id, "model id", "launch,reward,eval")
     """The judge vLLM serves and the reward names."""
-    embed_model: str = opt("Qwen/Qwen3-VL-Embedding-2B", model_id, "model id", "launch,eval")
+    embed_model: str = opt(EMBED_MODEL, model_id, "model id", "launch,eval")
     """The quote embedder vLLM serves."""
     judge_weights: Path | None = opt(None, path, "path", "launch,eval")
     """Local folder of the judge's weights (default: the model id, from HF_HOME)."""
@@ -470,7 +369,7 @@ class Software:
     """Install/use the GPU environments of launch/setup.py (0: the programs on PATH)."""
     env_root: Path | None = opt("{repo}/.venv-gpu", path, "path", "launch,eval")
     """Folder of the GPU environments."""
-    env_python: str | None = opt(None, program, "path", "launch,eval")
+    env_python: str | None = opt(None, text, "path", "launch,eval")
     """Python that builds them (default: python3.11, python3.12, python3)."""
     easyr1_repo: str = opt("https://github.com/hiyouga/EasyR1.git", text, "URL", "launch,eval")
     """Git repository of EasyR1."""
@@ -478,7 +377,7 @@ class Software:
     """EasyR1 commit the trainer runs."""
     vllm_server: str = opt("0.32.0", version, "version", "launch,eval")
     """VLLM version of the server venv."""
-    flash_attn: str = opt("flash-attn==2.8.3", any_text, "pip spec", "launch,eval", empty=True)
+    flash_attn: str = opt("flash-attn==2.8.3", str, "pip spec", "launch,eval", empty=True)
     """Flash-attn for the trainer venv (empty: skip)."""
     env_lock_wait: float = opt("7200", seconds, "s", "launch,eval")
     """How long a job waits for another job's install."""
@@ -488,7 +387,7 @@ class Software:
     """HF_HOME of the jobs' model weights (default: $HF_HOME, else REPO/.hf); the jobs run offline."""
     models_check: bool = opt("1", flag, "0/1", "launch,eval")
     """Check that the model weights are in HF_HOME."""
-    mineru_bin: str | None = opt(None, program, "path", "prep")
+    mineru_bin: str | None = opt(None, text, "path", "prep")
     """Mineru-kit of the MinerU parser (default: REPO/.venv-mineru/bin/mineru-kit)."""
 
 
@@ -592,13 +491,16 @@ class Test:
     """Slurm partition of the prep-array benchmark."""
     bench_out: Path | None = opt(None, path, "path", "test")
     """Where a benchmark writes its JSON (default: its own folder)."""
-# fmt: on
+
+
+def _full(name: str) -> str:
+    return name if name.startswith(PREFIX) else PREFIX + name.upper()
 
 
 @dataclass(frozen=True)
 class Settings:
     """Every setting, typed, by group: ``s.servers.health_timeout`` is ``QUOTECITE_HEALTH_TIMEOUT``'s value (None:
-    unset). Made by :func:`resolve`, which layers defaults, a YAML file, the environment and ``--set`` options."""
+    unset). Made by :func:`resolve`; a ``name`` below is ``QUOTECITE_X`` or the field name ``x``."""
 
     run: Run = field(default_factory=Run)
     chain: Chain = field(default_factory=Chain)
@@ -611,26 +513,17 @@ class Settings:
     prep: Prep = field(default_factory=Prep)
     test: Test = field(default_factory=Test)
     provenance: dict[str, tuple[str, str | None]] = field(default_factory=dict, repr=False, compare=False)
-    """``QUOTECITE_X`` -> (source, text) of every setting :func:`resolve` read: source is ``default``, ``file``,
-    ``environment`` or ``command line``; text is the value as typed (None: unset)."""
-
-    def _get(self, name: str) -> tuple[str, str | None]:
-        name = name if name.startswith(PREFIX) else PREFIX + name.upper()
-        if name not in self.provenance:
-            raise KeyError(name)
-        return self.provenance[name]
+    """``QUOTECITE_X`` -> (source, text) of every setting :func:`resolve` read: source is one of :data:`SOURCES`;
+    text is the value as typed, the default filled in (None: unset)."""
 
     def source(self, name: str) -> str:
-        """Where the value came from (``name``: ``QUOTECITE_X`` or the field name)."""
-        return self._get(name)[0]
+        return self.provenance[_full(name)][0]
 
     def text(self, name: str) -> str | None:
-        """The setting as a string (the default filled in), None when unset."""
-        return self._get(name)[1]
+        return self.provenance[_full(name)][1]
 
     def value(self, name: str) -> Any:
-        """The typed value of ``QUOTECITE_X`` (or of the field name)."""
-        s = BY_NAME[name if name.startswith(PREFIX) else PREFIX + name.upper()]
+        s = BY_NAME[_full(name)]
         return getattr(getattr(self, s.group), s.short)
 
     def items(self) -> list[tuple[Setting, Any, str]]:
@@ -638,75 +531,61 @@ class Settings:
         return [(BY_NAME[n], self.value(n), src) for n, (src, _) in self.provenance.items()]
 
     def env(self, sources: tuple[str, ...] = SOURCES) -> dict[str, str]:
-        """Every set setting (from ``sources``) as a string, to hand to a child or the next job (resolves back to the
-        same values). ``env(("file", "command line"))``: what a child would not see in this process's environment."""
+        """Every set setting (from ``sources``) as text for a child or the next job, which resolves it back to the
+        same values. ``env(("file", "command line"))``: what a child would not see in this process's environment."""
         return {n: t for n, (src, t) in self.provenance.items() if t is not None and src in sources}
 
-    def __repr__(self) -> str:
-        given = sum(1 for src, _ in self.provenance.values() if src != "default")
-        return f"Settings({len(self.provenance)} settings, {given} set)"
+
+_GROUP_CLASSES: dict[str, type] = {f.name: f.default_factory for f in fields(Settings) if f.name != "provenance"}
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One ``QUOTECITE_*`` setting as the tables and the checks see it (made from the fields above)."""
+    """One ``QUOTECITE_*`` setting as the tables and the checks see it, made from its field by :func:`_table`."""
 
-    name: str
-    default: str | None
-    """As the user would type it; None: unset. :func:`resolve` fills in ``{repo}`` and ``{QUOTECITE_OTHER}``."""
-    unit: str
-    help: str
-    """One line: the field's docstring."""
-    parse: Callable[[str], Any]
+    name: str  # QUOTECITE_HEALTH_TIMEOUT
+    short: str  # health_timeout: the field
+    key: str  # servers.health_timeout: its name in a settings file and in --set
     group: str
-    readers: str
-    """Comma-separated, from :data:`READERS`."""
-    empty: bool = False
-    """The empty string is a value (not "unset")."""
-
-    @property
-    def short(self) -> str:
-        """The field name in its group: ``QUOTECITE_HEALTH_TIMEOUT`` -> ``health_timeout``."""
-        return self.name.removeprefix(PREFIX).lower()
-
-    @property
-    def key(self) -> str:
-        """``group.field``, as in a settings file and ``--set``."""
-        return f"{self.group}.{self.short}"
-
-    @property
-    def reader_set(self) -> frozenset[str]:
-        return frozenset(r.strip() for r in self.readers.split(","))
-
-    @property
-    def refers_to(self) -> tuple[str, ...]:
-        """The settings named in the default (``{QUOTECITE_DATA_DIR}``)."""
-        return tuple(m for m in _TEMPLATE.findall(self.default or "") if m != "repo")
+    help: str  # the field's docstring on one line
+    default: str | None
+    parse: Callable[[str], Any]
+    unit: str
+    readers: str  # comma-separated, from READERS
+    reader_set: frozenset[str]
+    refers_to: tuple[str, ...]  # the settings its default names
+    empty: bool
 
 
 def _docstrings(cls: type) -> dict[str, str]:
     """Each field's docstring (the string right under it), on one line."""
     body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    return {a.target.id: " ".join(b.value.value.split()) for a, b in zip(body, body[1:], strict=False)
-            if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
-            and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)}  # fmt: skip
+    out = {}
+    for a, b in zip(body, body[1:], strict=False):
+        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
+            out[a.target.id] = " ".join(str(b.value.value).split())
+    return out
 
 
 def _table() -> tuple[dict[str, str], tuple[Setting, ...]]:
+    """The groups (name -> what they cover, from the class docstring) and one :class:`Setting` per field."""
     groups, rows = {}, []
-    for g in fields(Settings):
-        if g.name == "provenance":
-            continue
-        cls = g.default_factory
-        groups[g.name] = (cls.__doc__ or "").strip().rstrip(".")
-        groups[g.name] = groups[g.name][:1].lower() + groups[g.name][1:]
+    for group, cls in _GROUP_CLASSES.items():
+        groups[group] = cls.__doc__[0].lower() + cls.__doc__[1:].rstrip(".")
         docs = _docstrings(cls)
         for f in fields(cls):
-            m = f.metadata
             if f.name not in docs:
-                raise RuntimeError(f"setting {g.name}.{f.name} has no docstring")
-            rows.append(Setting(PREFIX + f.name.upper(), m["default"], m["unit"], docs[f.name], m["parse"], g.name,
-                                m["readers"], m["empty"]))  # fmt: skip
+                raise RuntimeError(f"setting {group}.{f.name} has no docstring")
+            refs = tuple(r for r in _TEMPLATE.findall(f.metadata["default"] or "") if r != "repo")
+            for ref in refs:  # resolve() fills in the defaults in one pass, in table order
+                if ref not in {r.name for r in rows}:
+                    raise RuntimeError(f"setting {group}.{f.name}'s default names {ref}, not a setting above it")
+            reader_set = frozenset(f.metadata["readers"].split(","))
+            key = f"{group}.{f.name}"
+            name = PREFIX + f.name.upper()
+            rows.append(
+                Setting(name, f.name, key, group, docs[f.name], **f.metadata, reader_set=reader_set, refers_to=refs)
+            )
     return groups, tuple(rows)
 
 
@@ -720,30 +599,19 @@ BY_KEY: dict[str, Setting] = {**{s.short: s for s in SETTINGS}, **{s.key: s for 
 # ------------------------------------------------------------------------------------------------- resolving
 def _show(value: str) -> str:
     """A value for a message: quoted, cut short when long."""
-    if len(value) > 60:
-        return f"{value[:40]!r}... ({len(value)} characters)"
-    return repr(value)
+    return f"{value[:40]!r}... ({len(value)} characters)" if len(value) > 60 else repr(value)
 
 
-def _suggest(key: str, known) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-def unknown_names(env: Mapping[str, str]) -> list[str]:
-    """The problems of every ``QUOTECITE_*`` name in ``env`` that is not a setting (with a suggestion)."""
-    out = []
-    for name in sorted(k for k in env if k.startswith(PREFIX) and k not in BY_NAME):
-        tail = name.removeprefix(PREFIX)
-        hint = _suggest(tail, [n.removeprefix(PREFIX) for n in BY_NAME])
-        hint = hint.replace("mean ", f"mean {PREFIX}")
-        out.append(f"{name} is not a setting{hint}; `python -m launch.settings` lists them")
-    return out
+def _suggest(key: str, known, prefix: str = "") -> str:
+    """`` (did you mean X?)`` for the known name closest to ``key`` (compared without ``prefix``), else ``""``."""
+    names = [str(k).removeprefix(prefix) for k in known]
+    close = difflib.get_close_matches(key.removeprefix(prefix), names, n=1, cutoff=0.6)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 def _as_text(s: Setting, value: Any) -> str:
-    """A settings file's value as the user would have typed it in the environment (true -> 1, a list of flags ->
-    the words quoted, a list of URLs -> comma-separated, a mapping of node addresses -> node=IP,...)."""
+    """A settings file's value as it would be typed in the environment (true: 1, a list of flags: the words quoted,
+    other lists: comma-separated, node addresses: node=IP,...)."""
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, (int, float, str)):
@@ -755,67 +623,58 @@ def _as_text(s: Setting, value: Any) -> str:
     raise ValueError(f"expected a {s.unit or 'text'} value, got a {type(value).__name__}")
 
 
-def read_file(path: Path) -> tuple[dict[str, str], list[str]]:
-    """A settings file's values by ``QUOTECITE_X`` name, and its problems (each naming the file and the key)."""
-    where = str(path)
+def _read_file(path: Path, problems: list[str]) -> dict[str, str]:
+    """A settings file's values by ``QUOTECITE_X`` name; its problems, each naming the file, go to ``problems``."""
+    where, out = f"settings file {path}", {}
     try:
         data = read_yaml(path, "settings file")
     except (InputError, OSError) as e:
-        return {}, [f"settings file {where}: {e}"]
-    if data is None:
-        return {}, []
+        problems.append(f"{where}: {e}")
+        return out
     if not isinstance(data, dict):
-        return {}, [
-            f"settings file {where}: expected groups of settings ({', '.join(GROUPS)}), got a {type(data).__name__}"
-        ]
-    out, problems = {}, []
+        if data is not None:
+            problems.append(f"{where}: expected groups of settings ({', '.join(GROUPS)}), got a {type(data).__name__}")
+        return out
     for group, values in data.items():
         if group not in GROUPS:
-            problems.append(f"settings file {where}: {group!r} is not a group{_suggest(str(group), GROUPS)} "
-                            f"(groups: {', '.join(GROUPS)})")  # fmt: skip
-            continue
-        if not isinstance(values, dict):
-            problems.append(f"settings file {where}: {group}: expected its settings as name: value")
-            continue
-        for short, value in values.items():
-            s = BY_KEY.get(f"{group}.{short}")
-            if s is None:
-                in_group = [x.short for x in SETTINGS if x.group == group]
-                other = BY_KEY.get(str(short))
-                hint = f" ({short} is in group {other.group})" if other else _suggest(str(short), in_group)
-                problems.append(f"settings file {where}: {group}.{short} is not a setting{hint}")
-                continue
-            if s.name == PREFIX + "CONFIG":
-                problems.append(f"settings file {where}: {s.key} cannot be set in a settings file")
-                continue
-            if value is None:
-                continue
-            try:
-                out[s.name] = _as_text(s, value)
-            except ValueError as e:
-                problems.append(f"settings file {where}: {s.key}: {e}")
-    return out, problems
-
-
-def parse_sets(items: list[str]) -> tuple[dict[str, str], list[str]]:
-    """``--set KEY=VALUE`` options (KEY: ``group.field``, ``field`` or ``QUOTECITE_FIELD``) by ``QUOTECITE_X``
-    name, and their problems."""
-    out, problems = {}, []
-    for item in items:
-        key, sep, value = item.partition("=")
-        s = BY_KEY.get(key.strip())
-        if not sep:
-            problems.append(f"--set {item!r}: expected KEY=VALUE (KEY as group.field, e.g. servers.judge_port)")
-        elif s is None:
-            problems.append(f"--set {key.strip()}: not a setting{_suggest(key.strip(), BY_KEY)}; "
-                            "`python -m launch.settings` lists them")  # fmt: skip
+            problems.append(
+                f"{where}: {group!r} is not a group{_suggest(str(group), GROUPS)} (groups: {', '.join(GROUPS)})"
+            )
+        elif not isinstance(values, dict):
+            problems.append(f"{where}: {group}: expected its settings as name: value")
         else:
-            out[s.name] = value
-    return out, problems
+            for short, value in values.items():
+                s, other = BY_KEY.get(f"{group}.{short}"), BY_KEY.get(str(short))
+                if s is None:
+                    in_group = [x.short for x in SETTINGS if x.group == group]
+                    hint = f" ({short} is in group {other.group})" if other else _suggest(str(short), in_group)
+                    problems.append(f"{where}: {group}.{short} is not a setting{hint}")
+                elif s.name == PREFIX + "CONFIG":
+                    problems.append(f"{where}: {s.key} cannot be set in a settings file")
+                elif value is not None:
+                    try:
+                        out[s.name] = _as_text(s, value)
+                    except ValueError as e:
+                        problems.append(f"{where}: {s.key}: {e}")
+    return out
 
 
-def resolve(env: Mapping[str, str], repo: Path, readers: set[str] | None = None, file: Path | None = None,
-            sets: list[str] | tuple[str, ...] = ()) -> Settings:  # fmt: skip
+def _pick(s: Setting, layers: dict[str, Mapping[str, str]]) -> tuple[str, str | None]:
+    """(source, text) of ``s`` from the highest layer that sets it, else (``default``, its default)."""
+    for source, layer in layers.items():
+        raw = layer.get(s.name)
+        if raw is not None and (raw != "" or s.empty):
+            return source, raw
+    return "default", s.default
+
+
+def resolve(
+    env: Mapping[str, str],
+    repo: Path,
+    readers: set[str] | None = None,
+    file: Path | None = None,
+    sets: list[str] | tuple[str, ...] = (),
+) -> Settings:
     """Read, check and complete the settings: each from ``--set`` (``sets``), else the environment ``env``, else the
     settings file (``file``, else ``QUOTECITE_CONFIG``), else its default (``{repo}`` in a default: ``repo``).
 
@@ -825,98 +684,79 @@ def resolve(env: Mapping[str, str], repo: Path, readers: set[str] | None = None,
     """
     if readers is not None and not set(readers) <= set(READERS):
         raise ValueError(f"readers must be among {READERS}, got {sorted(readers)}")
-    problems = unknown_names(env)
-    cli, more = parse_sets(list(sets))
-    problems += more
+    problems = [
+        f"{name} is not a setting{_suggest(name, BY_NAME, PREFIX)}; `python -m launch.settings` lists them"
+        for name in sorted(k for k in env if k.startswith(PREFIX) and k not in BY_NAME)
+    ]
+    cli = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        setting = BY_KEY.get(key.strip())
+        if not sep:
+            problems.append(f"--set {item!r}: expected KEY=VALUE (KEY as group.field, e.g. servers.judge_port)")
+        elif setting is None:
+            hint = _suggest(key.strip(), BY_KEY)
+            problems.append(f"--set {key.strip()}: not a setting{hint}; `python -m launch.settings` lists them")
+        else:
+            cli[setting.name] = value
     config = file or cli.get(PREFIX + "CONFIG") or env.get(PREFIX + "CONFIG")
-    from_file: dict[str, str] = {}
-    if config:
-        from_file, more = read_file(Path(config))
-        problems += more
-    layers = (("command line", cli), ("environment", env), ("file", from_file))
-    given = {n for _, layer in layers for n, v in layer.items() if n in BY_NAME and v}
-    wanted = [s for s in SETTINGS if readers is None or s.reader_set & set(readers) or s.name in given]
-    texts: dict[str, str | None] = {}
-    resolved: dict[str, tuple[Any, str, str | None]] = {}
-    failed: set[str] = set()
-
-    def one(s: Setting, stack: tuple[str, ...] = ()) -> None:
-        if s.name in resolved or s.name in failed:
-            return
-        if s.name in stack:
-            raise RuntimeError(f"settings defaults refer to each other in a circle: {' -> '.join(stack + (s.name,))}")
-        source, value_text, derived = "default", s.default, ""
-        for where, layer in layers:
-            raw = layer.get(s.name)
-            if raw is not None and (raw != "" or s.empty):
-                source, value_text = where, raw
-                break
+    layers = {"command line": cli, "environment": env, "file": _read_file(Path(config), problems) if config else {}}
+    picked = {s.name: _pick(s, layers) for s in SETTINGS}
+    wanted = {n for n, (source, _) in picked.items() if readers is None or source != "default"}
+    wanted |= {s.name for s in SETTINGS if s.reader_set & set(readers or ())}
+    for s in reversed(SETTINGS):  # a default names settings above it only (checked by _table)
+        if s.name in wanted and picked[s.name][0] == "default":
+            wanted.update(s.refers_to)
+    resolved: dict[str, tuple[Any, str, str | None]] = {}  # name -> (value, source, text)
+    for s in (s for s in SETTINGS if s.name in wanted):
+        source, value_text = picked[s.name]
+        origin = {"file": f" (from {config})", "command line": " (from --set)"}.get(source, "")
         if source == "default" and value_text is not None:
-            parts = {}
-            for ref in s.refers_to:
-                one(BY_NAME[ref], stack + (s.name,))
-                if ref in failed:  # reported there
-                    failed.add(s.name)
-                    return
-                parts[ref] = texts[ref]
-            if any(v is None for v in parts.values()):
+            if any(ref not in resolved for ref in s.refers_to):
+                continue  # a setting it is made from is wrong: reported there
+            parts = {"repo": str(repo)} | {ref: resolved[ref][2] for ref in s.refers_to}
+            if None in parts.values():
                 value_text = None  # the default names an unset setting: unset too
             else:
-                value_text = _TEMPLATE.sub(lambda m: str(repo) if m[1] == "repo" else parts[m[1]], value_text)
-                if parts:
-                    derived = f" (its default, from {', '.join(parts)})"
-        if value_text is None:
-            texts[s.name] = None
-            resolved[s.name] = (None, source, None)
-            return
+                for ref, ref_text in parts.items():
+                    value_text = value_text.replace(f"{{{ref}}}", ref_text)
+                origin = f" (its default, from {', '.join(s.refers_to)})" if s.refers_to else ""
         try:
-            value = s.parse(value_text)
+            value = None if value_text is None else s.parse(_one_line(value_text))
         except (argparse.ArgumentTypeError, ValueError) as e:  # InputError is a ValueError
-            failed.add(s.name)
-            origin = {"file": f" (from {config})", "command line": " (from --set)"}.get(source, derived)
             problems.append(f"{s.name}={_show(value_text)}{origin}: {e}")
-            return
-        texts[s.name] = value_text
+            continue
         resolved[s.name] = (value, source, value_text)
-
-    for s in wanted:
-        one(s)
-    for tasks, shards in TASKS_OF_SHARDS:  # array task ids beyond the shard count would run shards that do not exist
-        if resolved.get(tasks, (None,))[0] and resolved.get(shards, (None,))[0]:
-            top = max_array_id(resolved[tasks][0])
-            if top > resolved[shards][0]:
-                problems.append(f"{tasks}={resolved[tasks][2]}: task {top} is past {shards}={resolved[shards][0]} "
-                                f"(ids are 1..{resolved[shards][0]})")  # fmt: skip
+    for tasks, shards in (("PREP_TASKS", "PREP_SHARDS"), ("EVAL_TASKS", "EVAL_SHARDS")):
+        ids, count = (resolved.get(PREFIX + name, (None,))[0] for name in (tasks, shards))
+        top = max(int(part.split("-")[-1]) for part in ids.split(",")) if ids else 0
+        if count and top > count:  # task ids past the shard count would run shards that do not exist
+            problems.append(f"{PREFIX}{tasks}={ids}: task {top} is past {PREFIX}{shards}={count} (ids are 1..{count})")
     if problems:
         raise SettingsError(problems)
-    groups = {}
-    for g in GROUPS:
-        values = {s.short: resolved[s.name][0] for s in SETTINGS if s.group == g and s.name in resolved}
-        groups[g] = dataclasses.replace(getattr(Settings(), g), **values)
-    order = [s.name for s in SETTINGS if s.name in resolved]
-    return Settings(**groups, provenance={n: (resolved[n][1], resolved[n][2]) for n in order})
+    values: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
+    for name, (value, _, _) in resolved.items():
+        values[BY_NAME[name].group][BY_NAME[name].short] = value
+    groups = {g: cls(**values[g]) for g, cls in _GROUP_CLASSES.items()}
+    return Settings(**groups, provenance={n: (src, t) for n, (_, src, t) in resolved.items()})
 
 
 # ------------------------------------------------------------------------------------------------- rendering
+def _by_group(test: bool) -> dict[str, list[Setting]]:
+    """The user's settings by group, or (``test``) the tests', CI's and benchmarks' own (kept out of the user's
+    tables: ``--help``, the settings reference)."""
+    return {g: [s for s in SETTINGS if s.group == g] for g in GROUPS if (g == "test") == test}
+
+
 def _default_text(s: Setting) -> str:
-    if s.default is None:
-        return "-"
-    return s.default if s.default != "" else '""'
-
-
-TEST_GROUP = "test"
-"""The tests', CI's and benchmarks' own knobs: validated with the rest, kept out of the user's table (``--help``,
-the settings reference); ``python -m launch.settings table --test`` lists them."""
-
-
-def _groups(test: bool) -> list[str]:
-    return [TEST_GROUP] if test else [g for g in GROUPS if g != TEST_GROUP]
+    return "-" if s.default is None else s.default or '""'
 
 
 def render_help(test: bool = False) -> str:
-    """The user's settings grouped, one line each: name, default, unit, help (for the launch's ``--help``);
-    ``test``: the tests' and benchmarks' knobs instead."""
-    shown = [s for s in SETTINGS if s.group in _groups(test)]
+    """The user's settings by group, one line each: name, default, unit, help (the launch's ``--help``); ``test``:
+    the tests' and benchmarks' knobs instead."""
+    groups = _by_group(test)
+    shown = [s for rows in groups.values() for s in rows]
     w_name = max(len(s.name) for s in shown)
     w_def = min(28, max(len(_default_text(s)) for s in shown))
     w_unit = max(len(s.unit) for s in shown)
@@ -925,17 +765,14 @@ def render_help(test: bool = False) -> str:
         "`python -m launch.settings show` prints the values this environment resolves to; "
         + ("these are the tests' and benchmarks' own." if test else "`table --test`: the tests' and benchmarks'."),
     ]
-    for group in _groups(test):
+    for group, rows in groups.items():
         lines += ["", f"{group}: {GROUPS[group]}"]
-        for s in (s for s in shown if s.group == group):
-            d = _default_text(s)
-            if len(d) > w_def:
-                lines.append(f"  {s.name:<{w_name}}  {d}")
-                d = ""
-                name = ""
-            else:
-                name = s.name
-            lines.append(f"  {name:<{w_name}}  {d:<{w_def}}  {s.unit:<{w_unit}}  {s.help}".rstrip())
+        for s in rows:
+            name, default = s.name, _default_text(s)
+            if len(default) > w_def:  # a long default on a line of its own
+                lines.append(f"  {name:<{w_name}}  {default}")
+                name, default = "", ""
+            lines.append(f"  {name:<{w_name}}  {default:<{w_def}}  {s.unit:<{w_unit}}  {s.help}".rstrip())
     return "\n".join(lines) + "\n"
 
 
@@ -944,24 +781,25 @@ def _md(cell: str) -> str:
 
 
 def render_markdown(test: bool = False) -> str:
-    """The same table in markdown, one row per setting (docs/settings.md, generated at build time); the key column
-    is the setting's name in a settings file (group, field) and in ``--set``."""
+    """The same table in markdown (docs/settings.md, generated when the site is built)."""
     lines = ["| setting | default | unit | key (--config, --set) | help |", "|---|---|---|---|---|"]
-    for group in _groups(test):
-        for s in (s for s in SETTINGS if s.group == group):
-            d = "" if s.default is None else f"`{_md(s.default) or chr(34) * 2}`"
-            lines.append(f"| `{s.name}` | {d} | {_md(s.unit)} | `{s.key}` | {_md(s.help)} |")
+    for rows in _by_group(test).values():
+        for s in rows:
+            default = "" if s.default is None else f"`{_md(s.default) or chr(34) * 2}`"
+            lines.append(f"| `{s.name}` | {default} | {_md(s.unit)} | `{s.key}` | {_md(s.help)} |")
     return "\n".join(lines) + "\n"
 
 
 def render_yaml() -> str:
-    """A settings file (``--config``) to start from: every user setting by group, its help, then the setting with its
+    """A settings file to start a ``--config`` from: every user setting by group, its help, then the setting with its
     default, commented out (a file of the defaults would pin them against a later release's)."""
-    lines = ["# quotecite launch settings: --config FILE (or QUOTECITE_CONFIG); the environment and --set override it.",
-             "# Uncomment and change what you need; `python -m launch.settings show --config FILE` checks it."]  # fmt: skip
-    for group in _groups(test=False):
+    lines = [
+        "# quotecite launch settings: --config FILE (or QUOTECITE_CONFIG); the environment and --set override it.",
+        "# Uncomment and change what you need; `python -m launch.settings show --config FILE` checks it.",
+    ]
+    for group, rows in _by_group(test=False).items():
         lines += ["", f"{group}:  # {GROUPS[group]}"]
-        for s in (s for s in SETTINGS if s.group == group):
+        for s in rows:
             lines.append(f"  # {s.help}" + (f" [{s.unit}]" if s.unit else ""))
             lines.append(f"  # {s.short}: {json.dumps(s.default) if s.default is not None else 'null'}")
     return "\n".join(lines) + "\n"
@@ -969,38 +807,32 @@ def render_yaml() -> str:
 
 def render_resolved(s: Settings) -> str:
     """``NAME = value (source)`` for every resolved setting."""
-    items = s.items()
-    if not items:
-        return ""
-    w = max(len(setting.name) for setting, _, _ in items)
+    w = max((len(name) for name in s.provenance), default=0)
     lines = []
-    for setting, _, source in items:
-        t = s.text(setting.name)
-        shown = "(unset)" if t is None else (t if t != "" else '""')
-        lines.append(f"{setting.name:<{w}} = {shown} ({source})")
-    return "\n".join(lines) + "\n"
+    for name, (source, t) in s.provenance.items():
+        shown = "(unset)" if t is None else t or '""'
+        lines.append(f"{name:<{w}} = {shown} ({source})\n")
+    return "".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------- command line
 def add_layer_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--config FILE`` and ``--set KEY=VALUE`` (the file and command-line layers of :func:`resolve`)."""
-    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
-                        help="a YAML file of settings by group (QUOTECITE_CONFIG); the environment overrides it")  # fmt: skip
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="one setting (KEY: group.field such as servers.judge_port); overrides the environment")  # fmt: skip
+    """``--config FILE`` and ``--set KEY=VALUE``: the file and command-line layers of :func:`resolve`."""
+    config_help = "a YAML file of settings by group (QUOTECITE_CONFIG); the environment overrides it"
+    parser.add_argument("--config", type=Path, metavar="FILE", help=config_help)
+    set_help = "one setting (KEY: group.field such as servers.judge_port); overrides the environment"
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=set_help)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.settings", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", nargs="?", default="table", choices=("table", "markdown", "yaml", "show"),
-                        help="table (default): every setting; markdown: the same for the documentation; yaml: a "
-                        "settings file of every default to start from (--config); show: the values these layers "
-                        "resolve to")  # fmt: skip
-    parser.add_argument("--test", action="store_true",
-                        help="table, markdown: the tests', CI's and benchmarks' knobs instead of the user's settings")  # fmt: skip
+    what_help = "table (default), markdown (for the docs), yaml (a --config to start from), show (the values)"
+    parser.add_argument(
+        "what", nargs="?", default="table", choices=("table", "markdown", "yaml", "show"), help=what_help
+    )
+    parser.add_argument("--test", action="store_true", help="table, markdown: the tests', CI's and benchmarks' knobs")
     add_layer_arguments(parser)
-    parser.add_argument("--readers", default=None,
-                        help=f"show: only what these read (comma-separated: {', '.join(READERS)})")  # fmt: skip
+    parser.add_argument("--readers", help=f"show: only what these read (comma-separated: {', '.join(READERS)})")
     args = parser.parse_args(argv)
     if args.what == "table":
         sys.stdout.write(render_help(args.test))
@@ -1013,11 +845,10 @@ def main(argv: list[str] | None = None) -> int:
         if readers is not None and not readers <= set(READERS):
             parser.error(f"--readers: expected some of {', '.join(READERS)}, got {args.readers!r}")
         try:
-            s = resolve(os.environ, REPO, readers, args.config, args.set)
+            sys.stdout.write(render_resolved(resolve(os.environ, REPO, readers, args.config, args.set)))
         except SettingsError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        sys.stdout.write(render_resolved(s))
     return 0
 
 

@@ -21,7 +21,6 @@ from launch.budget import (
     checkpoint_bytes,
     kept_checkpoints,
     measured_step_seconds,
-    memory_estimate,
     model_params,
     params_b_from_id,
     plan_from_recipe,
@@ -119,19 +118,22 @@ def test_memory_of_the_8b_recipe_by_hand():
 
 
 def test_memory_parts_follow_their_settings():
-    base = memory_estimate(8, 2, lora_params=L, rollout_batch_size=32, images_per_prompt=30)
-    no_init = memory_estimate(8, 2, lora_params=L, rank0_init=False, rollout_batch_size=32, images_per_prompt=30)
-    assert "policy load (rank 0)" not in [p[0] for p in no_init.parts]
+    def parts(*overrides: str, **kw) -> tuple[budget.Estimate, dict[str, float]]:
+        est = plan_from_recipe(RECIPE, ["data.val_batch_size=32", *overrides], **kw).estimate
+        return est, {p[0]: p[1] for p in est.parts}
+
+    base, _ = parts()
+    no_init, got = parts("worker.actor.fsdp.enable_rank0_init=false")
+    assert "policy load (rank 0)" not in got
     # the fp32 load is a start-up part, smaller here than the training parts: the total does not change
     assert no_init.total_gib == base.total_gib
-    tp2 = memory_estimate(8, 2, lora_params=L, tensor_parallel=2, rollout_batch_size=32, images_per_prompt=30)
-    v = {p[0]: p[1] for p in tp2.parts}["vLLM sleep-mode weights"]
-    assert v == pytest.approx(2 * 8e9 * 2 / 2 / GIB)
-    three_nodes = memory_estimate(8, 1, nnodes=3, lora_params=L, rollout_batch_size=32, images_per_prompt=30)
-    s = {p[0]: p[1] for p in three_nodes.parts}["checkpoint staging"]
-    assert s == pytest.approx((8e9 * 2 + L * 12) / 3 / GIB)  # one GPU of three holds a third of the state
-    with pytest.raises(InputError):
-        memory_estimate(8, 0)
+    _, tp2 = parts("worker.rollout.tensor_parallel_size=2")
+    assert tp2["vLLM sleep-mode weights"] == pytest.approx(2 * P * 2 / 2 / GIB)
+    _, three_nodes = parts(n_gpus_per_node=1, nnodes=3)
+    # one GPU of three holds a third of the state
+    assert three_nodes["checkpoint staging"] == pytest.approx((P * 2 + L * 12) / 3 / GIB)
+    with pytest.raises(InputError, match="at least 1"):
+        parts("trainer.n_gpus_per_node=0")
 
 
 def test_params_from_the_model():
@@ -148,7 +150,7 @@ def test_local_model_config_gives_the_shapes(tmp_path):
     d = tmp_path / "Qwen3-VL-8B-Instruct"
     d.mkdir()
     text = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=16)  # fmt: skip
+                num_key_value_heads=2, head_dim=16, vocab_size=100)  # fmt: skip
     (d / "config.json").write_text(json.dumps({"text_config": text}))
     recipe = RECIPE.read_text().replace("model_path: Qwen/Qwen3-VL-8B-Instruct", f"model_path: {d}")
     (tmp_path / "r.yaml").write_text(recipe)

@@ -134,7 +134,7 @@ def test_the_tiny_models_measured_weights_adapter_grads_and_adamw_match_the_esti
     shape = budget_gpu.shape_from_config(cfg.to_dict())
     r = budget_gpu.GpuRecipe(
         model="tiny", shape=shape, world=1, prompt=tokens - 8, response=8, micro_update=1, micro_experience=1,
-        lora_rank=rank, lora_targets="all-linear", gradient_checkpointing=True, freeze_vision=True, full_shard=True,
+        lora_rank=rank, lora_targets="all-linear", gradient_checkpointing=True, freeze_vision=True,
         offload_params=False, offload_optimizer=False, use_kl_loss=True, n=5, gpu_util=0.6, tensor_parallel=1,
         max_batched_tokens=64, enforce_eager=False, limit_images=0, max_pixels=0,
     )  # fmt: skip
@@ -184,7 +184,7 @@ def test_the_tiny_models_real_peak_memory_on_the_cpu_is_the_estimates_within_5_p
     r = budget_gpu.GpuRecipe(
         model="tiny", shape=budget_gpu.shape_from_config(cfg.to_dict()), world=1, prompt=tokens - 64, response=64,
         micro_update=1, micro_experience=1, lora_rank=8, lora_targets="all-linear", gradient_checkpointing=True,
-        freeze_vision=True, full_shard=True, offload_params=False, offload_optimizer=False, use_kl_loss=True, n=5,
+        freeze_vision=True, offload_params=False, offload_optimizer=False, use_kl_loss=True, n=5,
         gpu_util=0.6, tensor_parallel=1, max_batched_tokens=64, enforce_eager=False, limit_images=0, max_pixels=0,
     )  # fmt: skip
     lp = estimate(r, find_gpu("h200")).phase("trainer", "log-prob")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -14,7 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from launch.layout import LayoutError, expand_hostlist, parse_counts, parse_gpu_count, plan, plan_from_env, port_taken
+from launch.layout import (
+    LayoutError,
+    device_ids,
+    expand_hostlist,
+    node_address,
+    parse_counts,
+    parse_gpu_count,
+    plan,
+    plan_from_env,
+    port_taken,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUT = str(REPO / "launch" / "layout.py")
@@ -189,25 +198,21 @@ def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
                           timeout=60)  # fmt: skip
 
 
-def test_cli_prints_shell_assignments_that_bash_reads():
+def test_the_batch_nodes_gpu_positions_map_to_its_devices_and_node_names_to_addresses():
     env = {"SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_NODELIST": "localhost,n[2-3]", "SLURM_GPUS_ON_NODE": "1",
            "CUDA_VISIBLE_DEVICES": "5"}  # fmt: skip
-    r = cli("plan", **env)
-    assert r.returncode == 0, r.stderr
-    script = r.stdout + 'echo "${QC_TRAIN_NODES[*]}|$QC_NNODES|$QC_N_TRAIN_GPUS|$QC_RAY|$QC_TRAINER_GPUS|' \
-        '${QC_SERVERS[*]}|$QC_SRV_NODE_judge|${QC_TRAIN_ADDRS[0]}"'  # fmt: skip
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    alloc, lay = plan_from_env(env)
+    assert (lay.trainer_nodes, lay.train_gpus_per_node, lay.ray) == (["localhost", "n2"], 1, True)
+    assert [name for name, _, _ in lay.server_gpus()] == ["judge", "embed"] and lay.embed == ("n3", 0)
     # the batch node's GPU position 0 is device 5; localhost resolves, so Ray gets its address
-    assert out == "localhost n2|2|1|1|5|judge embed|n3|127.0.0.1"
-    j = json.loads(cli("plan", "--format", "json", **env).stdout)
-    assert j["trainer_nodes"] == ["localhost", "n2"] and j["ray"] is True and j["embed"] == ["n3", 0]
+    assert device_ids(lay.train_positions, alloc.devices, lay.nodes[0]) == ["5"]
+    assert node_address("localhost") == "127.0.0.1"
 
 
 def test_cli_error_is_one_line_on_stderr_and_exit_1():
-    r = cli("plan", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="a,b", SLURM_GPUS_ON_NODE="1",
-            QUOTECITE_JUDGE_REPLICAS="2")  # fmt: skip
+    r = cli("run", "--gpus", "0,x", "--", "true")
     assert r.returncode == 1 and r.stdout == ""
-    assert r.stderr.startswith("error: QUOTECITE_JUDGE_REPLICAS=2 needs as many serving GPUs")
+    assert r.stderr == "error: --gpus '0,x': expected comma-separated GPU positions like 0,1\n"
 
 
 def test_run_maps_positions_through_cuda_visible_devices_and_returns_the_exit_code():
