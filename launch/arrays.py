@@ -27,7 +27,7 @@ from core.errors import InputError
 from launch import settings, setup
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import PORT_TOKEN
-from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, server_argv, wait_healthy
+from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, read_port, server_argv, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")
@@ -58,13 +58,6 @@ def job_gpus(environ: dict[str, str], need: int) -> list[str]:
     if len(gpus) < need:
         raise Fail(f"this job sees {len(gpus)} GPU(s) (CUDA_VISIBLE_DEVICES={given or 'unset'}), needs {need}")
     return gpus[:need]
-
-
-def read_port(port_file: Path) -> int:
-    try:
-        return int(port_file.read_text().strip())
-    except (OSError, ValueError):
-        return 0
 
 
 class Program:
@@ -506,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     kind, script, rest = argv[0], Path(argv[1]), argv[2:]
     if "-h" in rest or "--help" in rest:
-        sys.stdout.write(help_text(script))
+        sys.stdout.write(help_text(script) + "\n" + settings.render_help(readers={kind}))
         return 0
     ap = argparse.ArgumentParser(prog=f"bash {script}", add_help=False)
     ap.add_argument("--dry-run", action="store_true")

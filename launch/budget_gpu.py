@@ -124,12 +124,17 @@ def gpu_from_slurm(environ) -> tuple[Gpu | None, str]:
 
 
 def gpu_from_model_name(model: str) -> Gpu | None:
-    """The kind a driver's model name stands for; None when none or ambiguous (an H100 NVL's 94 GB).
+    """The kind a driver's model name stands for; None when none or ambiguous (an H100 NVL's 94 GB, a GH200's 96 or
+    144 GB: not the H200 its name contains).
 
     >>> gpu_from_model_name("NVIDIA H100 80GB HBM3").name, gpu_from_model_name("NVIDIA H100 NVL")
     ('H100 80GB', None)
+    >>> gpu_from_model_name("NVIDIA GH200 480GB"), gpu_from_model_name("gh200")
+    (None, None)
     """
     k = re.sub(r"[^a-z0-9]", "", model.lower())
+    if "gh200" in k or "gb200" in k:
+        return None
     if "a100" in k:
         return GPUS["a100-80g"] if "80g" in k else GPUS["a100-40g"] if "40g" in k else None
     for key in ("h200", "l40s"):

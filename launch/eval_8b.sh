@@ -27,27 +27,6 @@
 # QUOTECITE_EVAL_TASKS resubmits only some task ids.
 #   QUOTECITE_EVAL_SHARDS=8 bash launch/eval_8b.sh             # submits the array and the scoring job
 #   QUOTECITE_EVAL_SHARDS=8 bash launch/eval_8b.sh --dry-run   # the plan: shards, every task's commands
-#
-# Settings (environment):
-#   QUOTECITE_RUN_DIR        the training run (default REPO/runs/qwen3vl_8b_grpo)
-#   QUOTECITE_EVAL_STEP      checkpoint step to evaluate (default: the run's last complete checkpoint: the final
-#                            one, without selection, as in the paper)
-#   QUOTECITE_EVAL_GOLD      gold JSONL (required)      QUOTECITE_EVAL_CACHE_DIR  block cache (required)
-#   QUOTECITE_EVAL_PDF_DIR   folder of <doc_key>.pdf (optional; default: the PDFs the cache names)
-#   QUOTECITE_EVAL_OUT       output folder (default RUN_DIR/eval/step_N)
-#   QUOTECITE_CITEVQA_DIR    a CiteVQA checkout: its prompts/ are the two-call judge's (required unless
-#                            QUOTECITE_EVAL_SCORE_ARGS has --judge-protocol rubric or --citevqa-dir)
-#   QUOTECITE_POLICY_MODEL   base model (default: the recipe's worker.actor.model.model_path)
-#   QUOTECITE_EVAL_INFER_ARGS, QUOTECITE_EVAL_RESOLVE_ARGS, QUOTECITE_EVAL_SCORE_ARGS: extra flags
-#   QUOTECITE_INFER_CMD      program for inference (default "<server venv>/bin/python -m eval infer")
-#   The venvs and the models come from the set-up step (python -m launch.setup setup, fetch-models; see status);
-#   the job prints which python runs each step and stops, naming the command, when one is missing.
-#   QUOTECITE_EVAL_SHARDS    array mode: number of inference shards (default 0: one job, as above)
-#   QUOTECITE_EVAL_TASKS     array mode: task ids to submit (default 1-N, e.g. "3,5")
-#   QUOTECITE_EVAL_SBATCH_ARGS  array mode: extra sbatch options for both jobs (e.g. "--partition=gpu")
-#   QUOTECITE_EVAL_PHASE     set by array mode for its jobs: infer | score
-#   and the server settings of launch/grpo_8b.sh (QUOTECITE_JUDGE_*, QUOTECITE_EMBED_*, QUOTECITE_HEALTH_TIMEOUT,
-#   QUOTECITE_ENV_SETUP, QUOTECITE_JUDGE_CMD, QUOTECITE_EMBED_CMD, QUOTECITE_PYTHON).
 # --- end help ---
 QC_SCRIPT=$(realpath "$0")  # --help prints the block above from the file run
 # --- repository: the same block in every launch script (tests/launch/test_launch_help.py checks it) ---

@@ -56,7 +56,7 @@ from launch.runlog import (
     record_restart,
 )
 from launch.segments import load_segments
-from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, server_argv, wait_healthy
+from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, read_port, server_argv, wait_healthy
 from reward.train import slurm_cpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -149,14 +149,6 @@ def check_overrides(args: list[str]) -> list[str]:
     return list(args)
 
 
-def _read_port(path: Path) -> int:
-    """The port a wrapper wrote to ``path``; 0 while there is none."""
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return 0
-
-
 def _active_nodes(status_out: str) -> int:
     """Active nodes in ``ray status`` output."""
     n, active = 0, False
@@ -204,7 +196,10 @@ class Job:
         s, env = self.s, self.environ
         self.software = self._software()
         try:
-            self.alloc, self.layout = plan_from_env(env)
+            lay = s.layout
+            self.alloc, self.layout = plan_from_env(
+                env, None, lay.serve_gpus, lay.judge_replicas, lay.train_gpus_per_node, lay.node_gpus
+            )
         except LayoutError as e:
             raise InputError(str(e)) from None
         self.first, self.multi = self.layout.nodes[0], self.layout.multi_node
@@ -641,7 +636,7 @@ class Job:
         srv.proc = self.on_node(srv.name, srv.node, str(srv.position), argv, srv.log, env, port)
 
         def health_url() -> str:
-            srv.port = _read_port(srv.port_file)
+            srv.port = read_port(srv.port_file)
             return f"http://{srv.host}:{srv.port}/health" if srv.port else ""
 
         def wait() -> None:
@@ -685,7 +680,7 @@ class Job:
         timeout = f"{s.ray.ray_timeout:g}s"
 
         def head_up() -> bool:
-            port = _read_port(port_file)
+            port = read_port(port_file)
             if port and self._ray_status(f"{head_addr}:{port}")[0] == 0:
                 self.ray_address = f"{head_addr}:{port}"
                 return True

@@ -104,37 +104,6 @@ def parse_gpu_count(value: str, what: str) -> int:
     return total
 
 
-def parse_counts(value: str, n_nodes: int, what: str) -> list[int]:
-    """Slurm's per-node count form (as in ``SLURM_JOB_CPUS_PER_NODE``): ``8(x2),4`` -> ``[8, 8, 4]``.
-
-    >>> parse_counts("8(x2),4", 3, "QUOTECITE_NODE_GPUS")
-    [8, 8, 4]
-    """
-    out: list[int] = []
-    for item in value.split(","):
-        m = re.fullmatch(r"\s*(\d{1,6})\s*(?:\(x(\d{1,6})\))?\s*", item)
-        if not m:
-            raise LayoutError(f"{what}={value!r}: {item!r} is not a count like 8 or 8(x2)")
-        times = int(m.group(2) or 1)
-        if len(out) + times > MAX_NODES:
-            raise LayoutError(f"{what}={value!r}: more than {MAX_NODES} nodes")
-        out += [int(m.group(1))] * times
-    if len(out) == 1:
-        out *= n_nodes
-    if len(out) != n_nodes:
-        raise LayoutError(f"{what}={value!r} gives {len(out)} node(s), the allocation has {n_nodes}")
-    return out
-
-
-def _int_setting(env: dict[str, str], name: str, default: int | None) -> int | None:
-    raw = env.get(name, "")
-    if raw == "":
-        return default
-    if not raw.strip().isdigit() or int(raw) < 1:
-        raise LayoutError(f"{name}={raw!r}: expected a whole number >= 1")
-    return int(raw)
-
-
 def _visible_devices(env) -> list[str] | None:
     """``CUDA_VISIBLE_DEVICES`` as a list; None when unset or empty."""
     raw = env.get("CUDA_VISIBLE_DEVICES", "")
@@ -155,9 +124,12 @@ class Allocation:
     """``CUDA_VISIBLE_DEVICES`` of the node this runs on (the first node in a job), when set."""
 
 
-def allocation_from_env(env: dict[str, str] | None = None, hostname: str | None = None) -> Allocation:
+def allocation_from_env(
+    env: dict[str, str] | None = None, hostname: str | None = None, node_gpus: list[int] | None = None
+) -> Allocation:
     """The allocation from Slurm's variables; outside a job, this host with as many GPUs as ``CUDA_VISIBLE_DEVICES``
-    lists, else 3. ``QUOTECITE_NODE_GPUS`` gives the GPUs of each node of an uneven allocation."""
+    lists, else 3. ``node_gpus`` (``QUOTECITE_NODE_GPUS``): the GPUs of each node of an uneven allocation, or one
+    count for every node."""
     env = dict(os.environ if env is None else env)
     devices = _visible_devices(env)
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
@@ -173,9 +145,11 @@ def allocation_from_env(env: dict[str, str] | None = None, hostname: str | None 
     else:
         nodes = [(hostname or socket.gethostname()).split(".")[0]]
     slurm_var = next((v for v in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE") if env.get(v)), None)
-    if env.get("QUOTECITE_NODE_GPUS"):
-        gpus = parse_counts(env["QUOTECITE_NODE_GPUS"], len(nodes), "QUOTECITE_NODE_GPUS")
-        source = f"QUOTECITE_NODE_GPUS={env['QUOTECITE_NODE_GPUS']}"
+    if node_gpus:
+        source = f"QUOTECITE_NODE_GPUS={','.join(map(str, node_gpus))}"
+        gpus = node_gpus * len(nodes) if len(node_gpus) == 1 else list(node_gpus)
+        if len(gpus) != len(nodes):
+            raise LayoutError(f"{source} gives {len(gpus)} node(s), the allocation has {len(nodes)}")
     elif slurm_var:
         gpus = [parse_gpu_count(env[slurm_var], slurm_var)] * len(nodes)
         source = f"{slurm_var}={env[slurm_var]}"
@@ -284,15 +258,17 @@ def plan(
     return Layout(list(nodes), list(gpus), trainer_nodes, g, serving[:judge_replicas], serving[-1], serving, idle)
 
 
-def plan_from_env(env: dict[str, str] | None = None, hostname: str | None = None) -> tuple[Allocation, Layout]:
-    """The allocation and its split, with ``QUOTECITE_SERVE_GPUS``, ``QUOTECITE_JUDGE_REPLICAS`` and
-    ``QUOTECITE_TRAIN_GPUS_PER_NODE`` from ``env``."""
-    env = dict(os.environ if env is None else env)
-    alloc = allocation_from_env(env, hostname)
-    serve = _int_setting(env, "QUOTECITE_SERVE_GPUS", 1)
-    replicas = _int_setting(env, "QUOTECITE_JUDGE_REPLICAS", 1)
-    train = _int_setting(env, "QUOTECITE_TRAIN_GPUS_PER_NODE", None)
-    return alloc, plan(alloc.nodes, alloc.gpus, serve, replicas, train, alloc.source)
+def plan_from_env(
+    env: dict[str, str] | None = None,
+    hostname: str | None = None,
+    serve_gpus: int = 1,
+    judge_replicas: int = 1,
+    train_gpus_per_node: int | None = None,
+    node_gpus: list[int] | None = None,
+) -> tuple[Allocation, Layout]:
+    """The allocation from ``env`` and its split; the counts are the settings' ``layout`` group (validated there)."""
+    alloc = allocation_from_env(env, hostname, node_gpus)
+    return alloc, plan(alloc.nodes, alloc.gpus, serve_gpus, judge_replicas, train_gpus_per_node, alloc.source)
 
 
 def device_ids(positions: list[int], devices: list[str] | None, where: str = "this node") -> list[str]:

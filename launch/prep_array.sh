@@ -22,22 +22,6 @@
 # the array itself (`sbatch --array=1-4 launch/prep_array.sh`), task I runs shard I of QUOTECITE_PREP_SHARDS (else
 # of SLURM_ARRAY_TASK_MAX) shards and no final job is submitted: then run `QUOTECITE_PREP_PHASE=final sbatch
 # launch/prep_array.sh` (or `bash` it) yourself.
-#
-# Settings (environment; passed on to the jobs):
-#   QUOTECITE_PREP_JSONL      LongDocURL.jsonl (required)
-#   QUOTECITE_PREP_PDF_DIR    folder of the LongDocURL PDFs (required; searched recursively)
-#   QUOTECITE_PREP_OUT        output folder (default REPO/data/longdocurl)
-#   QUOTECITE_PREP_SHARDS     number of shards = array tasks (default 8)
-#   QUOTECITE_PREP_ARGS       extra `data_prep longdocurl` flags for every task and the final job (they must be
-#                             the same for all: they are part of each document's done-marker key), e.g.
-#                             "--cache-dir /scratch/cache --eval-pdfs /data/citevqa/pdfs --encoder minilm"
-#   QUOTECITE_PREP_TASKS      array ids to submit (default 1-N), e.g. "2,4" to rerun only those shards
-#   QUOTECITE_PREP_SBATCH_ARGS  extra sbatch options for both jobs (e.g. "--partition=cpu --account=x")
-#   QUOTECITE_PREP_LOG_DIR    Slurm logs (default OUT/logs: shard-<array job>_<task>.out, final-<job>.out)
-#   QUOTECITE_PREP_CMD        the program (default "<python> -m data_prep longdocurl")
-#   QUOTECITE_PYTHON          the python (default REPO/.venv/bin/python)
-#   QUOTECITE_PREP_PHASE      set by the script for its jobs: shard | final (unset: submit)
-#   QUOTECITE_PREP_FAIL_TASK  test hook only: array task ids (comma list) that exit 1 before doing any work
 # --- end help ---
 QC_SCRIPT=$(realpath "$0")  # --help prints the block above from the file run
 # --- repository: the same block in every launch script (tests/launch/test_launch_help.py checks it) ---

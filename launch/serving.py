@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from launch import settings
 
@@ -23,6 +24,14 @@ def no_proxy_env(nodes: list[str], environ) -> dict[str, str]:
     have = [h for h in (environ.get("NO_PROXY") or environ.get("no_proxy") or "").split(",") if h.strip()]
     value = ",".join(have + [h for h in ("localhost", "127.0.0.1", "::1", *nodes) if h not in have])
     return {"NO_PROXY": value, "no_proxy": value}
+
+
+def read_port(port_file: Path) -> int:
+    """The port ``launch/layout.py run --port-file`` wrote for a server; 0 while there is none."""
+    try:
+        return int(port_file.read_text().strip())
+    except (OSError, ValueError):
+        return 0
 
 
 def server_argv(role: str, s: settings.Settings, host: str, port: str | int, cmd: list[str]) -> list[str]:

@@ -440,7 +440,7 @@ class Prep:
     prep_tasks: str | None = opt("1-{QUOTECITE_PREP_SHARDS}", array_ids, "ids", "prep")
     """Array task ids to submit."""
     prep_args: list[str] | None = opt(None, flags, "flags", "prep")
-    """Extra data_prep longdocurl flags (every task and the final job)."""
+    """Extra data_prep longdocurl flags, the same for every task and the final job (part of each done-marker's key)."""
     prep_sbatch_args: list[str] | None = opt(None, flags, "flags", "prep")
     """Extra sbatch options for both jobs."""
     prep_log_dir: Path | None = opt("{QUOTECITE_PREP_OUT}/logs", path, "path", "prep")
@@ -752,10 +752,11 @@ def _default_text(s: Setting) -> str:
     return "-" if s.default is None else s.default or '""'
 
 
-def render_help(test: bool = False) -> str:
+def render_help(test: bool = False, readers: set[str] | None = None) -> str:
     """The user's settings by group, one line each: name, default, unit, help (the launch's ``--help``); ``test``:
-    the tests' and benchmarks' knobs instead."""
-    groups = _by_group(test)
+    the tests' and benchmarks' knobs instead; ``readers``: only the settings these read (an array's ``--help``)."""
+    groups = {g: [s for s in rows if readers is None or s.reader_set & readers] for g, rows in _by_group(test).items()}
+    groups = {g: rows for g, rows in groups.items() if rows}
     shown = [s for rows in groups.values() for s in rows]
     w_name = max(len(s.name) for s in shown)
     w_def = min(28, max(len(_default_text(s)) for s in shown))

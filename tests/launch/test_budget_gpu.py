@@ -203,6 +203,10 @@ def test_gpu_names_slurm_types_and_nvidia_smi_are_read():
     assert budget_gpu.gpu_from_slurm({"SLURM_TRES_PER_NODE": "cpu:4,gres/gpu:l40s=2"})[0] is GPUS["l40s"]
     gpu, why = budget_gpu.gpu_from_slurm({"SLURM_GPUS_PER_NODE": "gpu:a100:3"})  # 40 or 80 GB: not guessed
     assert gpu is None and "no GPU type" in why
+    # a GH200 (96 or 144 GB) is not the H200 (141 GB) its name contains: refused, not budgeted as 141 GB
+    with pytest.raises(budget_gpu.InputError, match="'GH200': not a known GPU"):
+        find_gpu("GH200")
+    assert budget_gpu.gpu_from_slurm({"SLURM_GPUS_PER_NODE": "gpu:gh200:1"})[0] is None
 
 
 def test_the_gpu_kind_is_read_from_the_drivers_model_names_the_smallest_first(tmp_path):
@@ -219,6 +223,9 @@ def test_the_gpu_kind_is_read_from_the_drivers_model_names_the_smallest_first(tm
     card("0000:b3:00.0", "NVIDIA GB200")
     gpu, why = budget_gpu.gpu_from_driver(tmp_path)
     assert gpu is None and "NVIDIA GB200 is not a GPU kind the budget knows" in why
+    (tmp_path / "0000:b3:00.0" / "information").write_text("Model: \t\t NVIDIA GH200 480GB\n")  # not an H200
+    gpu, why = budget_gpu.gpu_from_driver(tmp_path)
+    assert gpu is None and "NVIDIA GH200 480GB is not a GPU kind the budget knows" in why
 
 
 def test_two_judges_on_two_serving_gpus_each_hold_one_share():

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from launch.settings import SETTINGS, render_help
 from tests.conftest import REPO
 
 SCRIPTS = ["launch/eval_8b.sh", "launch/prep_array.sh"]
@@ -23,8 +24,12 @@ def test_help_is_the_marked_header_without_comment_marks(script):
     assert "#SBATCH" in head and "set -uo pipefail" not in block
     out = subprocess.run(["bash", script, "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stderr == ""
-    assert out.stdout == expected
-    assert "QUOTECITE_" in out.stdout and "--- help" not in out.stdout and "#SBATCH" not in out.stdout
+    # the block, then the settings this array reads, from their one definition (launch/settings.py)
+    reader = "eval" if "eval" in script else "prep"
+    assert out.stdout == expected + "\n" + render_help(readers={reader})
+    assert "--- help" not in out.stdout and "#SBATCH" not in out.stdout
+    for s in SETTINGS:
+        assert (s.name in out.stdout) == (reader in s.reader_set and s.group != "test"), s.name
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from launch import settings
 from launch.layout import (
     LayoutError,
+    allocation_from_env,
     device_ids,
     expand_hostlist,
     node_address,
-    parse_counts,
     parse_gpu_count,
     plan,
     plan_from_env,
@@ -65,12 +66,14 @@ def test_bad_hostlists_name_the_input(text, error):
 
 def test_gpu_counts_in_slurm_forms():
     assert [parse_gpu_count(v, "X") for v in ("8", "gpu:8", "gpu:h200:8", "gpu:a:2,gpu:b:1")] == [8, 8, 8, 3]
-    assert parse_counts("8(x2),4", 3, "QUOTECITE_NODE_GPUS") == [8, 8, 4]
-    assert parse_counts("2", 3, "QUOTECITE_NODE_GPUS") == [2, 2, 2]
     with pytest.raises(LayoutError, match=r"SLURM_GPUS_PER_NODE='gpu:h200': not a GPU count"):
         parse_gpu_count("gpu:h200", "SLURM_GPUS_PER_NODE")
-    with pytest.raises(LayoutError, match=r"gives 2 node\(s\), the allocation has 3"):
-        parse_counts("8,8", 3, "QUOTECITE_NODE_GPUS")
+    # QUOTECITE_NODE_GPUS (the settings' node_counts: "8(x2),4" -> [8, 8, 4]): one count for every node, or one each
+    three = {"SLURM_JOB_NODELIST": "a,b,c"}
+    assert allocation_from_env(three, node_gpus=[8, 8, 4]).gpus == [8, 8, 4]
+    assert allocation_from_env(three, node_gpus=[2]).gpus == [2, 2, 2]
+    with pytest.raises(LayoutError, match=r"QUOTECITE_NODE_GPUS=8,8 gives 2 node\(s\), the allocation has 3"):
+        allocation_from_env(three, node_gpus=[8, 8])
 
 
 # --------------------------------------------------------------------------------------------- the split
@@ -157,7 +160,8 @@ def test_unequal_error_says_what_to_set():
 def test_env_reads_the_slurm_variables_and_the_settings():
     env = {"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_GPUS_ON_NODE": "8",
            "QUOTECITE_SERVE_GPUS": "2", "QUOTECITE_JUDGE_REPLICAS": "2"}  # fmt: skip
-    alloc, lay = plan_from_env(env)
+    lay_settings = settings.resolve(env, REPO).layout  # the job's own path: the settings, then the split
+    alloc, lay = plan_from_env(env, None, lay_settings.serve_gpus, lay_settings.judge_replicas)
     assert (alloc.nodes, alloc.gpus, alloc.source) == (["gpu01", "gpu02"], [8, 8], "SLURM_GPUS_ON_NODE=8")
     assert lay.server_gpus() == [("judge", "gpu02", 6), ("judge2", "gpu02", 7), ("embed", "gpu02", 7)]
     # SLURM_NNODES / SLURM_NODELIST / SLURM_GPUS_PER_NODE when the JOB_ forms are absent
@@ -168,7 +172,8 @@ def test_env_reads_the_slurm_variables_and_the_settings():
     assert (alloc.nodes, alloc.gpus, lay.judges) == (["laptop"], [3], [("laptop", 2)])
     alloc, _ = plan_from_env({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, hostname="h")
     assert alloc.gpus == [4] and alloc.devices == ["4", "5", "6", "7"]
-    alloc, lay = plan_from_env({"SLURM_JOB_NODELIST": "a,b,c", "QUOTECITE_NODE_GPUS": "2(x2),1"})
+    env = {"SLURM_JOB_NODELIST": "a,b,c", "QUOTECITE_NODE_GPUS": "2(x2),1"}
+    alloc, lay = plan_from_env(env, node_gpus=settings.resolve(env, REPO).layout.node_gpus)
     assert alloc.gpus == [2, 2, 1] and lay.trainer_nodes == ["a", "b"]
 
 
@@ -179,8 +184,6 @@ def test_env_reads_the_slurm_variables_and_the_settings():
          "SLURM_JOB_NUM_NODES=3 but SLURM_JOB_NODELIST='n[1-2]' names 2 node(s)"),
         ({"SLURM_JOB_NUM_NODES": "2", "SLURM_GPUS_ON_NODE": "1"}, "SLURM_JOB_NUM_NODES=2 needs SLURM_JOB_NODELIST"),
         ({"SLURM_JOB_NODELIST": "n1", "SLURM_GPUS_ON_NODE": "lots"}, "SLURM_GPUS_ON_NODE='lots': not a GPU count"),
-        ({"QUOTECITE_SERVE_GPUS": "one"}, "QUOTECITE_SERVE_GPUS='one': expected a whole number >= 1"),
-        ({"QUOTECITE_TRAIN_GPUS_PER_NODE": "0"}, "QUOTECITE_TRAIN_GPUS_PER_NODE='0': expected a whole number >= 1"),
         ({"SLURM_GPUS_ON_NODE": "3", "CUDA_VISIBLE_DEVICES": "0,1"},
          "CUDA_VISIBLE_DEVICES=0,1 lists 2 GPU(s) but the job has 3"),
     ],
@@ -188,6 +191,21 @@ def test_env_reads_the_slurm_variables_and_the_settings():
 def test_bad_environment_names_the_variable(env, error):
     with pytest.raises(LayoutError) as e:
         plan_from_env(env, hostname="h")
+    assert error in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        ({"QUOTECITE_SERVE_GPUS": "one"}, "QUOTECITE_SERVE_GPUS='one': expected an integer"),
+        ({"QUOTECITE_TRAIN_GPUS_PER_NODE": "0"}, "QUOTECITE_TRAIN_GPUS_PER_NODE='0': expected an integer from 1"),
+        ({"QUOTECITE_NODE_GPUS": "2,x"}, "QUOTECITE_NODE_GPUS='2,x': 'x' is not a count like 8 or 8(x2)"),
+    ],
+)
+def test_bad_layout_settings_are_refused_by_the_settings_naming_the_variable(env, error):
+    # the split takes its counts from the typed settings (launch/job.py passes s.layout), never from env again
+    with pytest.raises(settings.SettingsError) as e:
+        settings.resolve(env, REPO)
     assert error in str(e.value)
 
 
@@ -318,16 +336,21 @@ def test_a_node_list_past_any_cluster_or_with_bad_names_is_refused_quickly(text,
     [
         ("SLURM_GPUS_ON_NODE", "99999999999", "not a GPU count"),
         ("SLURM_GPUS_ON_NODE", "gpu:h200:65", "more than 64"),
-        ("QUOTECITE_NODE_GPUS", "8(x999999)", "more than 10000 nodes"),
-        ("QUOTECITE_NODE_GPUS", "100", "more than 64"),
         ("CUDA_VISIBLE_DEVICES", "0,1,1", "GPU 1 is listed twice"),
     ],
 )
 def test_slurm_variables_that_no_node_can_have_are_refused(var, value, error):
-    from launch.layout import allocation_from_env
-
     with pytest.raises(LayoutError, match=re.escape(error)):
         allocation_from_env({var: value}, hostname="n1")
+
+
+def test_node_gpu_counts_that_no_node_can_have_are_refused():
+    with pytest.raises(LayoutError, match=re.escape("QUOTECITE_NODE_GPUS=100: 100 GPUs on a node, more than 64")):
+        allocation_from_env({}, hostname="n1", node_gpus=[100])
+    with pytest.raises(
+        settings.SettingsError, match=re.escape("QUOTECITE_NODE_GPUS='8(x999999)': '8(x999999)' is not a count")
+    ):
+        settings.resolve({"QUOTECITE_NODE_GPUS": "8(x999999)"}, REPO)  # refused as a setting, never expanded
 
 
 def test_a_killed_servers_port_is_free_again_for_its_restart_but_a_listener_holds_it():

@@ -310,7 +310,8 @@ def test_bad_settings_are_named(dataset, tmp_path, env, message):
 def test_help_is_the_marked_header():
     r = subprocess.run(["bash", SCRIPT, "--help"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stderr == ""
-    assert r.stdout.startswith("Build the LongDocURL block cache") and "QUOTECITE_PREP_FAIL_TASK" in r.stdout
+    assert r.stdout.startswith("Build the LongDocURL block cache") and "QUOTECITE_PREP_JSONL" in r.stdout
+    assert "QUOTECITE_PREP_FAIL_TASK" not in r.stdout  # a test knob: python -m launch.settings table --test
     assert "#SBATCH" not in r.stdout and "set -uo" not in r.stdout
 
 
