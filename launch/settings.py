@@ -109,6 +109,10 @@ def command(value: str) -> list[str]:
     return words
 
 
+URL_SCHEMES = frozenset({"http", "https"})
+"""What a server URL may start with (``scheme://``)."""
+
+
 def url(value: str) -> str:
     """An ``http://`` or ``https://`` URL with a host."""
     try:
@@ -116,7 +120,7 @@ def url(value: str) -> str:
         parts.port  # noqa: B018  (raises on a port that is not a number in range)
     except ValueError as e:
         raise ValueError(f"not a URL: {e}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in URL_SCHEMES or not parts.hostname:
         raise ValueError("expected an http:// or https:// URL with a host")
     return value.strip()
 
