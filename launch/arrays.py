@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,8 @@ from core.errors import InputError
 from launch import settings, setup
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import PORT_TOKEN
-from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, read_port, server_argv, wait_healthy
+from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, read_port, server_argv, stamp, wait_healthy
+from launch.serving import log as log_line
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")
@@ -45,10 +45,6 @@ def help_text(script: Path) -> str:
     """The script's lines between ``# --- help ---`` and ``# --- end help ---``, without the comment marks."""
     block = script.read_text().split("# --- help ---\n", 1)[1].split("# --- end help ---\n", 1)[0]
     return "".join(re.sub(r"^# ?", "", line) + "\n" for line in block.splitlines())
-
-
-def stamp(job_id: str, msg: str) -> str:
-    return f"[{datetime.now():%Y-%m-%d %H:%M:%S}] [quotecite {job_id}] {msg}"
 
 
 def job_gpus(environ: dict[str, str], need: int) -> list[str]:
@@ -83,11 +79,7 @@ class Program:
         """A timestamped line on stderr (the Slurm log) and in RUN_DIR/chain.log when there is one; none when dry."""
         if self.dry:
             return
-        line = stamp(self.job_id, msg)
-        print(line, file=sys.stderr, flush=True)
-        if self.run_dir is not None and self.run_dir.is_dir():
-            with open(self.run_dir / "chain.log", "a", encoding="utf-8") as f:
-                f.write(line + "\n")
+        log_line(self.job_id, msg, self.run_dir)
 
     def say(self, text: str) -> None:
         """A line of the dry run's plan (``# ...``); nothing when running."""

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from launch import budget, budget_gpu, preflight, settings, smoke
+from launch import budget, budget_gpu, preflight, serving, settings, smoke
 from launch.checkpoints import find_resume_point
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import LayoutError, device_ids, plan_from_env, position_ranges
@@ -385,13 +385,8 @@ class Job:
     # ------------------------------------------------------------------------------------------------ helpers
     def log(self, msg: str) -> None:
         """A line on stderr and in ``RUN_DIR/chain.log`` (a dry run logs nothing)."""
-        if self.ex.dry:
-            return
-        line = f"[{datetime.now():%Y-%m-%d %H:%M:%S}] [quotecite {self.job_id}] {msg}"
-        print(line, file=sys.stderr, flush=True)
-        if self.run_dir.is_dir():
-            with open(self.run_dir / "chain.log", "a", encoding="utf-8") as f:
-                f.write(line + "\n")
+        if not self.ex.dry:
+            serving.log(self.job_id, msg, self.run_dir)
 
     def on_node(self, name: str, node: str, gpus: str, argv: list, log: Path, env: dict, port: tuple = ()) -> Proc:
         """Start ``argv`` on ``node`` (here on the first node, else as an srun step) under ``launch/layout.py run``,

@@ -3,8 +3,10 @@ training job (:mod:`launch.job`) and the arrays (:mod:`launch.arrays`)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from launch import settings
@@ -24,6 +26,20 @@ def no_proxy_env(nodes: list[str], environ) -> dict[str, str]:
     have = [h for h in (environ.get("NO_PROXY") or environ.get("no_proxy") or "").split(",") if h.strip()]
     value = ",".join(have + [h for h in ("localhost", "127.0.0.1", "::1", *nodes) if h not in have])
     return {"NO_PROXY": value, "no_proxy": value}
+
+
+def stamp(job_id: str, msg: str) -> str:
+    """A log line of the job or array ``job_id``: ``[time] [quotecite JOB] msg``."""
+    return f"[{datetime.now():%Y-%m-%d %H:%M:%S}] [quotecite {job_id}] {msg}"
+
+
+def log(job_id: str, msg: str, run_dir: Path | None) -> None:
+    """A stamped line on stderr (the Slurm log) and in ``RUN_DIR/chain.log`` when that folder exists."""
+    line = stamp(job_id, msg)
+    print(line, file=sys.stderr, flush=True)
+    if run_dir is not None and run_dir.is_dir():
+        with open(run_dir / "chain.log", "a", encoding="utf-8") as f:
+            f.write(line + "\n")
 
 
 def read_port(port_file: Path) -> int:
