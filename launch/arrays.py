@@ -1,7 +1,6 @@
-"""The evaluation and data-prep Slurm programs: ``launch/eval_8b.sh`` and ``launch/prep_array.sh`` run
-``python -m launch.arrays eval|prep SCRIPT [--dry-run | --help]``. What each does and its settings: the script's help
-block (``--help``) and docs/cluster.md. The dry run walks the same code with the printing executor of the training
-job (:mod:`launch.executor`). Errors name the setting or input and end the program with status 1."""
+"""The evaluation and data-prep Slurm programs: ``launch/eval_8b.sh`` and ``launch/prep_array.sh`` run ``python -m
+launch.arrays eval|prep SCRIPT [--dry-run | --help]``; what each does: the script's ``--help`` and docs/cluster.md.
+The dry run walks the same code with the training job's printing executor. Errors name the setting or input; exit 1."""
 
 from __future__ import annotations
 
@@ -20,66 +19,46 @@ import subprocess
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from core.errors import InputError
-from launch import settings, setup
+from launch import serving, settings, setup
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import PORT_TOKEN
-from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, read_port, server_argv, stamp, wait_healthy
-from launch.serving import log as log_line
+from launch.runlog import last_step
+from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, read_port, server_argv, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")
 
 
 class Fail(Exception):
-    """The program cannot go on: logged as ``error: ...`` with the last lines of ``logs``; exit 1 (143: SIGTERM)."""
+    """The program cannot go on: logged as ``error: ...`` with the last lines of ``logs``; exit status 1."""
 
-    def __init__(self, message: str, logs: tuple[Path, ...] = (), code: int = 1) -> None:
+    def __init__(self, message: str, logs: tuple[Path, ...] = ()) -> None:
         super().__init__(message)
-        self.logs, self.code = logs, code
-
-
-def help_text(script: Path) -> str:
-    """The script's lines between ``# --- help ---`` and ``# --- end help ---``, without the comment marks."""
-    block = script.read_text().split("# --- help ---\n", 1)[1].split("# --- end help ---\n", 1)[0]
-    return "".join(re.sub(r"^# ?", "", line) + "\n" for line in block.splitlines())
-
-
-def job_gpus(environ: dict[str, str], need: int) -> list[str]:
-    """The job's first ``need`` GPUs: those of ``CUDA_VISIBLE_DEVICES`` (Slurm's) when set, else 0..need-1."""
-    given = environ.get("CUDA_VISIBLE_DEVICES", "")
-    gpus = [g for g in given.split(",") if g.strip()] if given else [str(i) for i in range(need)]
-    if len(gpus) < need:
-        raise Fail(f"this job sees {len(gpus)} GPU(s) (CUDA_VISIBLE_DEVICES={given or 'unset'}), needs {need}")
-    return gpus[:need]
+        self.logs = logs
 
 
 class Program:
-    """What both programs share: the log, the processes to stop, and the array of shards with its final job.
-
-    A subclass names its settings (``QUOTECITE_{KIND}_...``), its script, its two phases (the array tasks', the final
-    job's; also their log names) and what a task and the final job run (``run_*``) or print (``plan_*``).
-    """
+    """What both programs share: the log, the processes to stop, the array of shards and its final job. A subclass
+    names its settings (``QUOTECITE_{KIND}_...``), script, phases (the tasks', the final job's) and their GPUs."""
 
     KIND, SCRIPT, PHASES = "", "", ("", "")
-    GPUS: tuple[list[str], list[str]] = ([], [])  # sbatch options of an array task, of the final job
+    GPUS: tuple[list[str], list[str]] = ([], [])
 
-    def __init__(self, dry: bool, s: settings.Settings, environ: dict[str, str], run_dir: Path | None = None) -> None:
-        self.s, self.dry, self.environ, self.run_dir = s, dry, environ, run_dir
-        self.task = environ.get("SLURM_ARRAY_TASK_ID", "")
-        job = environ.get("SLURM_ARRAY_JOB_ID") or environ.get("SLURM_JOB_ID") or "local"
+    def __init__(self, dry: bool, s: settings.Settings, run_dir: Path | None = None) -> None:
+        self.s, self.dry, self.run_dir = s, dry, run_dir
+        self.task = os.environ.get("SLURM_ARRAY_TASK_ID", "")
+        job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID") or "local"
         self.job_id = job + (f"_{self.task}" if self.task else "")
         self.ex: Executor = PrintingExecutor() if dry else Executor(log=self.log)
         self.procs: list[Proc] = []
         self.terminating = False
 
     def log(self, msg: str) -> None:
-        """A timestamped line on stderr (the Slurm log) and in RUN_DIR/chain.log when there is one; none when dry."""
-        if self.dry:
-            return
-        log_line(self.job_id, msg, self.run_dir)
+        """A stamped line on stderr (the Slurm log) and in RUN_DIR/chain.log when there is one; none when dry."""
+        if not self.dry:
+            serving.log(self.job_id, msg, self.run_dir)
 
     def say(self, text: str) -> None:
         """A line of the dry run's plan (``# ...``); nothing when running."""
@@ -90,74 +69,78 @@ class Program:
         self.procs.append(self.ex.start(step))
         return self.procs[-1]
 
-    def run(self, step: Step) -> int:
-        """Run to its end, its output into this program's (the Slurm log); the dry run prints it."""
+    def run(self, step: Step, advice: str = "") -> None:
+        """Run to its end, its output into the Slurm log; fail when it fails. The dry run prints it."""
         if self.dry:
-            return self.ex.run(step)[0]
+            self.ex.run(step)
+            return
         self.log(f"{step.name}: {shlex.join(step.argv)}")
         try:
-            return subprocess.run(step.argv, env=Executor._env(step), stdin=subprocess.DEVNULL).returncode
+            rc = subprocess.run(step.argv, env=Executor._env(step), stdin=subprocess.DEVNULL).returncode
         except OSError as e:
             raise Fail(f"cannot run {step.name} ({step.argv[0]}): {e}") from None
+        if rc:
+            raise Fail(f"{step.name} failed (exit {rc}){advice}")
 
-    def stop_all(self, grace: float = 20) -> None:
+    def stop_all(self) -> None:
         for p in reversed(self.procs):
             if p.poll() is None:
                 self.log(f"stopping {p.name} (pid {p.pid})")
-            p.stop(max(grace, WRAP_GRACE_S + 3))
+            p.stop(WRAP_GRACE_S + 3 if self.terminating else 20)
         self.procs = []
 
-    def on_term(self, *_: Any) -> None:
+    def on_term(self, *_: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.terminating = True
-        raise Fail("SIGTERM: stopping", code=143)
+        self.log("SIGTERM: stopping")
+        raise SystemExit(143)
 
-    def main(self) -> int:
+    def main(self) -> None:
         n, (task_phase, final_phase) = self.shards, self.PHASES
         if self.phase == task_phase:
             if not (self.task.isdigit() and 1 <= int(self.task) <= n):
-                raise Fail(f"QUOTECITE_{self.KIND}_PHASE={task_phase} runs as array task 1..{n} "
-                           f"(SLURM_ARRAY_TASK_ID='{self.task}')")  # fmt: skip
-            return self.run_task(int(self.task))
-        if self.phase == final_phase:
-            return self.run_final()
-        return self.submit() if n else self.one_job()
+                raise Fail(
+                    f"QUOTECITE_{self.KIND}_PHASE={task_phase} runs as array task 1..{n} "
+                    f"(SLURM_ARRAY_TASK_ID='{self.task}')"
+                )
+            self.run_task(int(self.task))
+        elif self.phase == final_phase:
+            self.run_final()
+        elif n:
+            self.submit()
+        else:
+            self.one_job()
 
-    def submit(self) -> int:
-        """``sbatch`` the array (task I runs shard I/N), then the final job after it; the dry run prints both, with
-        every task's plan between and the final job's after."""
-        n, script, (first, second), logs = self.shards, str(REPO / "launch" / self.SCRIPT), self.PHASES, self.log_dir
-        keys = f"QUOTECITE_REPO={REPO},{self.exports},QUOTECITE_{self.KIND}_SHARDS={n},QUOTECITE_{self.KIND}_PHASE="
-        export, extra = f"--export=ALL,{keys}", list(self.sbatch_args or [])
+    def submit(self) -> None:
+        """``sbatch`` the array (task I runs shard I/N), then the final job after it; the dry run prints their plans."""
+        n, (first, second), logs = self.shards, self.PHASES, self.log_dir
         self.plan_header()
         self.say(f"1. the array job, task I runs shard I/{n}:")
         if not self.dry:
-            try:
-                logs.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise Fail(f"cannot create the log folder {logs}: {e}") from None
-        array = [f"--array={self.tasks}", *self.GPUS[0], f"--output={logs}/{first}-%A_%a.out"]
-        array_job = self.sbatch([*array, *extra, export + first, script], "array job")
+            logs.mkdir(parents=True, exist_ok=True)
+        array_job = self.sbatch(first, [f"--array={self.tasks}", *self.GPUS[0], f"--output={logs}/{first}-%A_%a.out"])
         if self.dry:
             for i in range(1, n + 1):
                 self.plan_task(i)
         self.say(f"2. the {second} job, after every task succeeded (cancelled if one fails):")
-        final = [*self.GPUS[1], f"--output={logs}/{second}-%j.out", *extra, export + second, script]
-        final_job = self.sbatch(final, f"{second} job", array_job)
+        final_job = self.sbatch(second, [*self.GPUS[1], f"--output={logs}/{second}-%j.out"], array_job)
         if self.dry:
             return self.plan_final()
         print(f"array job {array_job}: shards {self.tasks} of {n} (logs {logs}/{first}-{array_job}_*.out)")
         print(f"{second} job {final_job}: after afterok:{array_job} (log {logs}/{second}-{final_job}.out)")
-        return 0
 
-    def sbatch(self, opts: list[str], what: str, after: str = "") -> str:
-        """``sbatch --parsable`` without this shell's ``SLURM_*`` and GPU variables; the job id (``ARRAYJOB`` in the
-        dry run). ``after``: the job waits for every task of that job to succeed, and is cancelled if one fails."""
+    def sbatch(self, phase: str, opts: list[str], after: str = "") -> str:
+        """``sbatch --parsable`` of the script in ``phase``, without this shell's ``SLURM_*`` and GPU variables; the
+        job id (``ARRAYJOB`` when dry). ``after``: run after every task of that job succeeded, cancelled if one fails."""
+        what = f"{phase} job" if after else "array job"
+        keys = {"REPO": REPO, **self.exports, f"{self.KIND}_SHARDS": self.shards, f"{self.KIND}_PHASE": phase}
+        export = "--export=ALL," + ",".join(f"QUOTECITE_{k}={v}" for k, v in keys.items())
         if after:
             opts = [f"--dependency=afterok:{after}", "--kill-on-invalid-dep=yes", *opts]
+        argv = ["sbatch", "--parsable", *opts, *(self.sbatch_args or []), export, str(REPO / "launch" / self.SCRIPT)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in GPU_VARIABLES}
-        rc, out = self.ex.run(Step("run", "sbatch", ["sbatch", "--parsable", *opts]), env=env)
+        rc, out = self.ex.run(Step("run", "sbatch", argv), env=env)
         if rc:
             then = f" (array job {after} was submitted; scancel it or submit the {what})" if after else ""
             raise Fail(f"sbatch of the {what} failed{then}")
@@ -170,46 +153,38 @@ class Program:
             self.say(line[2:])
 
 
-# ============================================================================================== evaluation
 class Eval(Program):
     KIND, SCRIPT, PHASES = "EVAL", "eval_8b.sh", ("infer", "score")
     GPUS = (["--gpus-per-node=2"], ["--gpus-per-node=1"])
 
-    def __init__(self, dry: bool, environ: dict[str, str]) -> None:
-        s = settings.resolve(environ, REPO, {"eval"})
+    def __init__(self, dry: bool, s: settings.Settings) -> None:
+        super().__init__(dry, s, Path(s.run.run_dir).resolve())
         e = s.eval
-        super().__init__(dry, s, environ, Path(s.run.run_dir).resolve())
-        self.shards, self.phase, self.sbatch_args = e.eval_shards, e.eval_phase or "", e.eval_sbatch_args
+        self.shards, self.phase, self.sbatch_args = e.eval_shards, e.eval_phase, e.eval_sbatch_args
         if self.phase and not self.shards:
             raise Fail(f"QUOTECITE_EVAL_PHASE={self.phase} needs QUOTECITE_EVAL_SHARDS")
         self.tasks = e.eval_tasks or f"1-{self.shards}"
         self.software()
-        from launch.runlog import last_step
-
         self.step = e.eval_step if e.eval_step is not None else last_step(self.run_dir)
         self.adapter = self.run_dir / f"checkpoints/global_step_{self.step}/actor/lora_adapter"
         self.policy = s.models.policy_model or ""
         with contextlib.suppress(InputError, OSError):  # said by check_inputs, shown as missing in the dry run
-            self.policy = self.policy or setup.recipe_policy(REPO, {**environ, "QUOTECITE_RECIPE": str(s.run.recipe)})
+            self.policy = self.policy or setup.recipe_policy(REPO, os.environ)
         self.out = Path(e.eval_out or self.run_dir / f"eval/step_{self.step}").resolve()
         self.log_dir = self.out / "logs"
-        self.exports = f"QUOTECITE_RUN_DIR={self.run_dir},QUOTECITE_EVAL_STEP={self.step},"
-        self.exports += f"QUOTECITE_EVAL_OUT={self.out}"
+        self.exports = {"RUN_DIR": self.run_dir, "EVAL_STEP": self.step, "EVAL_OUT": self.out}
+        self.gold, self.cache = str(e.eval_gold or "GOLD.jsonl"), str(e.eval_cache_dir or "CACHE_DIR")
         if not dry:
             self.check_inputs()
             for sub in ("base", "lora", "logs"):
                 (self.out / sub).mkdir(parents=True, exist_ok=True)
-        self.gold, self.cache = str(e.eval_gold or "GOLD.jsonl"), str(e.eval_cache_dir or "CACHE_DIR")
-        pdf = ["--pdf-dir", str(e.eval_pdf_dir)] if e.eval_pdf_dir else []
-        self.infer_common = ["--gold", self.gold, "--interface", "language", "--cache-dir", self.cache, *pdf]
-        self.infer_common += e.eval_infer_args or []
 
     def software(self) -> None:
-        """The programs, each said with where it comes from (never a silent fallback); when running, the set-up
-        checked and its environment (HF_HOME, offline, NO_PROXY) taken on."""
+        """The programs and where each comes from (never a silent fallback); when running, the set-up checked and its
+        environment (HF_HOME, offline, NO_PROXY) taken on."""
         s, ready = self.s, self.s.software.env_setup
-        sw = setup.job_env(REPO, self.environ)  # QUOTECITE_ENV_SETUP=0: python3 and vllm on PATH
-        self.sw_env, self.problems = (sw["env"], setup.readiness(REPO, self.environ)) if ready else ({}, [])
+        sw = setup.job_env(REPO)  # QUOTECITE_ENV_SETUP=0: python3 and vllm on PATH
+        self.sw_env, self.problems = (sw["env"], setup.readiness(REPO)) if ready else ({}, [])
         if not (s.eval.infer_cmd or ready or shutil.which("python3")):
             raise Fail(
                 "no python3 on PATH for eval infer (QUOTECITE_ENV_SETUP=0); set QUOTECITE_INFER_CMD, or use the "
@@ -223,8 +198,10 @@ class Eval(Program):
         py_what = "QUOTECITE_PYTHON" if s.run.python else "the python of this program"
         vllm = [sw["server_vllm"], "serve"]
         self.serve_cmd = {"judge": list(s.servers.judge_cmd or vllm), "embed": list(s.servers.embed_cmd or vllm)}
-        self.pythons = [f"eval infer:          {shlex.join(self.infer)} ({infer_what})",
-                        f"eval resolve, score: {self.py} ({py_what})"]  # fmt: skip
+        self.pythons = [
+            f"eval infer:          {shlex.join(self.infer)} ({infer_what})",
+            f"eval resolve, score: {self.py} ({py_what})",
+        ]
         if self.dry:
             return
         for line in self.problems:
@@ -258,11 +235,19 @@ class Eval(Program):
                 f"'{e.citevqa_dir or ''}'), or pass --judge-protocol rubric in QUOTECITE_EVAL_SCORE_ARGS"
             )
 
+    def gpus(self, need: int) -> list[str]:
+        """The job's first ``need`` GPUs: those of ``CUDA_VISIBLE_DEVICES`` (Slurm's) when set, else 0..need-1."""
+        given = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        gpus = [g for g in given.split(",") if g.strip()] if given else [str(i) for i in range(need)]
+        if len(gpus) < need:
+            raise Fail(f"this job sees {len(gpus)} GPU(s) (CUDA_VISIBLE_DEVICES={given or 'unset'}), needs {need}")
+        return gpus[:need]
+
     def header(self, title: str, when: str) -> None:
         """The dry run's first lines: the set-up, the checkpoint, the model, the output, the pythons."""
         self.say(f"quotecite evaluation{title}")
         if self.s.software.env_setup:
-            table = setup.status(REPO, self.environ).table().splitlines()
+            table = setup.status(REPO).table().splitlines()
             for line in ["set-up (python -m launch.setup status):", *table, *(f"missing: {x}" for x in self.problems)]:
                 self.say(line)
             self.say("every process runs with " + " ".join(f"{k}={v}" for k, v in self.sw_env.items()))
@@ -273,14 +258,15 @@ class Eval(Program):
         for line in self.pythons:
             self.say(f"python          {line}")
 
-    # ------------------------------------------------------------------------------------------ the modes
-    def one_job(self) -> int:
-        base, lora, servers = job_gpus(self.environ, 3)
+    def one_job(self) -> None:
+        base, lora, servers = self.gpus(3)
         self.header(", dry run (nothing is started)" if self.dry else "", "when the job runs")
-        self.say(f"GPU split       base inference CUDA_VISIBLE_DEVICES={base}, LoRA inference "
-                 f"CUDA_VISIBLE_DEVICES={lora}; judge + embedder CUDA_VISIBLE_DEVICES={servers}")  # fmt: skip
+        self.say(
+            f"GPU split       base inference CUDA_VISIBLE_DEVICES={base}, LoRA inference "
+            f"CUDA_VISIBLE_DEVICES={lora}; judge + embedder CUDA_VISIBLE_DEVICES={servers}"
+        )
         self.log(f"evaluating step {self.step} of {self.run_dir} into {self.out}")
-        return self.evaluate(servers, [base, lora])
+        self.evaluate(servers, [base, lora])
 
     def plan_header(self) -> None:
         self.header(" as a Slurm array, dry run (nothing is submitted)", "at submission")
@@ -290,31 +276,24 @@ class Eval(Program):
 
             self.plan_shards([g.key for g in read_gold(self.gold)[: self.limit()]], "questions")
 
-    def run_task(self, i: int) -> int:
+    def run_task(self, i: int) -> None:
         self.say(f"  task {i}, shard {i}/{self.shards}:")
         self.log(f"inference shard {i}/{self.shards} of step {self.step} into {self.out}")
-        self.infer_pair(job_gpus(self.environ, 2), i)
+        self.infer_pair(self.gpus(2), i)
         self.log(f"done: shard {i}/{self.shards}")
-        return 0
 
-    def run_final(self) -> int:
+    def run_final(self) -> None:
         self.log(f"scoring step {self.step} of {self.run_dir} from {self.shards} inference shards in {self.out}")
-        return self.evaluate(job_gpus(self.environ, 1)[0])
+        self.evaluate(self.gpus(1)[0])
 
     plan_task, plan_final = run_task, run_final  # the dry run prints the array's jobs as they would run
 
     def limit(self) -> int | None:
         """``--limit N`` of QUOTECITE_EVAL_INFER_ARGS (the questions inference answers), else None."""
-        words = list(self.s.eval.eval_infer_args or [])
-        for i, word in enumerate(words):
-            if word == "--limit" and i + 1 < len(words):
-                word = f"--limit={words[i + 1]}"
-            if word.startswith("--limit=") and word[8:].isdigit():
-                return int(word[8:])
-        return None
+        found = re.search(r"(?:^| )--limit[= ](\d+)(?: |$)", shlex.join(self.s.eval.eval_infer_args or []))
+        return int(found[1]) if found else None
 
-    # ------------------------------------------------------------------------------------------ the steps
-    def evaluate(self, gpu: str, infer_gpus: list[str] | None = None) -> int:
+    def evaluate(self, gpu: str, infer_gpus: list[str] | None = None) -> None:
         """The servers on ``gpu``; inference on ``infer_gpus``, else the merge of the array's shards; then ``eval
         resolve`` (quotes to blocks, through the embedder) and ``eval score`` (with the judge) of both sides."""
         self.say(f"servers on GPU {gpu}, one after the other:")
@@ -329,28 +308,27 @@ class Eval(Program):
                 self.ex.call(f"merge-{side}", text, partial(self.merge, side))
         self.say("resolve quotes through the embedder, then score with the judge:")
         for side, label in (("base", "base"), ("lora", f"grpo-step{self.step}")):
-            d = self.out / side
-            files = ["--gold", self.gold, "--cache-dir", self.cache]
+            d, files = self.out / side, ["--gold", self.gold, "--cache-dir", self.cache]
             resolve = ["--pred", str(d / "predictions.jsonl"), *files, "--out", str(d / "citations.jsonl")]
             score = ["--pred", str(d / "citations.jsonl"), *files, "--out", str(d / "score"), "--label", label]
             score += ["--judge-url", env["QUOTECITE_JUDGE_URL"], "--judge-model", self.s.models.judge_model]
             for what, args, extra in (("resolve", resolve, e.eval_resolve_args), ("score", score, e.eval_score_args)):
-                if self.run(Step("run", f"{what}-{side}", [self.py, "-m", "eval", what, *args, *(extra or [])], env)):
-                    raise Fail(f"eval {what} failed for {side}")
+                argv = [self.py, "-m", "eval", what, *args, *(extra or [])]
+                self.run(Step("run", f"eval {what} of {side}", argv, env))
         self.stop_all()
         self.log(f"done: {self.out}/base/score and {self.out}/lora/score")
-        return 0
 
     def infer_pair(self, gpus: list[str], i: int = 0) -> None:
-        """Base inference on ``gpus[0]`` and base + adapter on ``gpus[1]``, in parallel, of shard ``i`` of the array
-        (0: every question); fails when one fails."""
-        procs, logs = [], []
+        """Base inference on ``gpus[0]`` and base + adapter on ``gpus[1]`` in parallel, of shard ``i`` (0: all)."""
+        e, procs, logs = self.s.eval, [], []
+        pdf = ["--pdf-dir", str(e.eval_pdf_dir)] if e.eval_pdf_dir else []
+        common = ["--gold", self.gold, "--interface", "language", "--cache-dir", self.cache, *pdf]
         for side, gpu, lora in (("base", gpus[0], []), ("lora", gpus[1], ["--lora", str(self.adapter)])):
             logs.append(self.log_dir / f"infer_{side}{f'-{i}' if i else ''}.log")
             shard = ["--shard", f"{i}/{self.shards}"] if i else []
             name = f"predictions.shard-{i}-of-{self.shards}.jsonl" if i else "predictions.jsonl"  # as eval.infer's
-            argv = [*self.infer, "--model", self.policy, *lora, "--out", str(self.out / side / name)]
-            argv += [*self.infer_common, *shard]
+            argv = [*self.infer, "--model", self.policy, *lora, "--out", str(self.out / side / name), *common]
+            argv += [*(e.eval_infer_args or []), *shard]
             step = Step("start", f"infer_{side}", argv, {"PYTHONPATH": str(REPO)}, gpu, str(logs[-1]))
             procs.append(self.start(step))
         rcs = [p.wait() for p in procs]
@@ -360,43 +338,39 @@ class Eval(Program):
 
     def serve(self, gpu: str) -> dict[str, str]:
         """The judge, then the embedder, on ``gpu``, each waited for; the env of resolve and score."""
-        s, urls = self.s, {}
-        for role, model, pref in (
-            ("judge", s.models.judge_model, s.servers.judge_port),
-            ("embed", s.models.embed_model, s.servers.embed_port),
-        ):
-            label = f"{'judge server' if role == 'judge' else 'embedding server'} ({model} on GPU {gpu})"
+        m, sv, env = self.s.models, self.s.servers, {"PYTHONPATH": str(REPO)}
+        for role, model, prefer in (("judge", m.judge_model, sv.judge_port), ("embed", m.embed_model, sv.embed_port)):
+            label = f"{'judge' if role == 'judge' else 'embedding'} server ({model} on GPU {gpu})"
             log, port_file = self.log_dir / f"{role}.log", self.log_dir / f"{role}.port"
             if not self.dry:
                 port_file.unlink(missing_ok=True)
             wrap = [sys.executable, str(REPO / "launch" / "layout.py"), "run", "--gpus", "0", "--grace"]
             wrap += [str(WRAP_GRACE_S), "--port-file", str(port_file), "--bind-host", "127.0.0.1"]
-            wrap += ["--prefer-port", str(pref)] if pref else []
-            argv = [*wrap, "--", *server_argv(role, s, "127.0.0.1", PORT_TOKEN, self.serve_cmd[role])]
+            wrap += ["--prefer-port", str(prefer)] if prefer else []
+            argv = [*wrap, "--", *server_argv(role, self.s, "127.0.0.1", PORT_TOKEN, self.serve_cmd[role])]
             proc = self.start(Step("start", role, argv, gpus=gpu, log=str(log)))
-            text = f"wait for the /health of {role} on the port in {port_file.name} (at most {s.servers.health_timeout:g}s)"
+            text = f"wait for the /health of {role} on the port in {port_file.name} (at most {sv.health_timeout:g}s)"
             wait = partial(self.healthy, proc, label, log, port_file)
-            urls[role] = f"http://127.0.0.1:{self.ex.wait(f'health-{role}', text, wait, pref or PORT_TOKEN)}/v1"
-        return {"QUOTECITE_JUDGE_URL": urls["judge"], "QUOTECITE_EMBED_URL": urls["embed"],
-                "QUOTECITE_JUDGE_MODEL": s.models.judge_model, "QUOTECITE_EMBED_MODEL": s.models.embed_model,
-                "PYTHONPATH": str(REPO)}  # fmt: skip
+            port = self.ex.wait(f"health-{role}", text, wait, prefer or PORT_TOKEN)
+            env[f"QUOTECITE_{role.upper()}_URL"] = f"http://127.0.0.1:{port}/v1"
+            env[f"QUOTECITE_{role.upper()}_MODEL"] = model
+        return env
 
     def healthy(self, proc: Proc, label: str, log: Path, port_file: Path) -> int:
         """Wait for a server's ``/health`` on the port it wrote; the port."""
 
         def url() -> str:
-            port = read_port(port_file)
-            return f"http://127.0.0.1:{port}/health" if port else ""
+            return f"http://127.0.0.1:{read_port(port_file)}/health" if read_port(port_file) else ""
 
         sv = self.s.servers
         try:
-            took = wait_healthy(url, label, sv.health_timeout, sv.health_poll, str(log), proc.poll, self.is_stopping)
+            took = wait_healthy(url, label, sv.health_timeout, sv.health_poll, str(log), proc.poll, self.stopping)
         except NotHealthy as e:
             raise Fail(str(e), (log,)) from None
         self.log(f"{label} is healthy at http://127.0.0.1:{read_port(port_file)}/v1 after {took:.0f}s")
         return read_port(port_file)
 
-    def is_stopping(self) -> bool:
+    def stopping(self) -> bool:
         return self.terminating
 
     def merge(self, side: str) -> None:
@@ -410,25 +384,21 @@ class Eval(Program):
         print(f"{path}: {n} predictions merged from {self.shards} shards", flush=True)
 
 
-# ============================================================================================== data prep
 class Prep(Program):
     KIND, SCRIPT, PHASES = "PREP", "prep_array.sh", ("shard", "final")
 
-    def __init__(self, dry: bool, environ: dict[str, str]) -> None:
-        s = settings.resolve(environ, REPO, {"prep"})
+    def __init__(self, dry: bool, s: settings.Settings) -> None:
+        super().__init__(dry, s)
         p = s.prep
-        super().__init__(dry, s, environ)
         self.phase = p.prep_phase or ("shard" if self.task else "")  # submitted as the array by hand: a task
-        self.shards, self.sbatch_args = p.prep_shards, p.prep_sbatch_args
+        self.shards, self.tasks, self.sbatch_args = p.prep_shards, p.prep_tasks, p.prep_sbatch_args
         if s.source("QUOTECITE_PREP_SHARDS") == "default" and self.phase == "shard":
-            top = environ.get("SLURM_ARRAY_TASK_MAX", "")
+            top = os.environ.get("SLURM_ARRAY_TASK_MAX", "")
             if not (top.isdigit() and int(top) >= 1):
                 raise Fail(f"QUOTECITE_PREP_SHARDS must be a whole number of shards >= 1 (got '{top}')")
             self.shards = int(top)
-        self.tasks = environ.get("QUOTECITE_PREP_TASKS") or f"1-{self.shards}"
-        self.out = Path(p.prep_out).resolve()
-        self.log_dir = Path(p.prep_log_dir or self.out / "logs").resolve()
-        self.exports = f"QUOTECITE_PREP_OUT={self.out}"
+        self.out, self.log_dir = Path(p.prep_out).resolve(), Path(p.prep_log_dir).resolve()
+        self.exports = {"PREP_OUT": self.out}
         self.cmd = list(p.prep_cmd or [str(s.run.python or sys.executable), "-m", "data_prep", "longdocurl"])
         self.cmd += ["--jsonl", str(p.prep_jsonl or "LongDocURL.jsonl"), "--pdf-dir", str(p.prep_pdf_dir or "PDF_DIR")]
         self.cmd += ["--out", str(self.out), *(p.prep_args or [])]
@@ -441,45 +411,31 @@ class Prep(Program):
     def plan_header(self) -> None:
         jsonl, pdfs = self.s.prep.prep_jsonl, self.s.prep.prep_pdf_dir
         self.say("quotecite data prep as a Slurm array, dry run (nothing is submitted)")
-        self.say(
-            f"input           {jsonl or '<QUOTECITE_PREP_JSONL>'}, PDFs under {pdfs or '<QUOTECITE_PREP_PDF_DIR>'}"
-        )
+        self.say(f"input           {jsonl or '<QUOTECITE_PREP_JSONL>'}, PDFs in {pdfs or '<QUOTECITE_PREP_PDF_DIR>'}")
         self.say(f"output          {self.out} (logs {self.log_dir})")
         self.say(f"shards          {self.shards} (1-based, by a hash of doc_no), array tasks {self.tasks}")
         if self.dry and jsonl and Path(jsonl).is_file():
             from data_prep.longdocurl import load_records
 
-            try:
-                self.plan_shards({r.doc_no for r in load_records(jsonl)}, "documents")
-            except (InputError, OSError) as e:
-                raise Fail(f"cannot read {jsonl}: {e}") from None
+            self.plan_shards({r.doc_no for r in load_records(jsonl)}, "documents")
 
     def plan_task(self, i: int) -> None:
         self.say(f"  task {i}: {shlex.join([*self.cmd, '--shard', f'{i}/{self.shards}'])}")
 
-    def plan_final(self) -> int:
+    def plan_final(self) -> None:
         self.say(f"  runs: {shlex.join([*self.cmd, '--finalize'])}")
-        return 0
 
-    def run_task(self, i: int) -> int:
-        if str(i) in self.environ.get("QUOTECITE_PREP_FAIL_TASK", "").split(","):  # checked by settings.resolve
+    def run_task(self, i: int) -> None:
+        if str(i) in (self.s.test.prep_fail_task or "").split(","):
             raise Fail(f"test hook QUOTECITE_PREP_FAIL_TASK: task {i} fails before doing any work")
-        self.run_step(f"shard {i}/{self.shards}", "--shard", f"{i}/{self.shards}")
+        self.run(Step("run", f"shard {i}/{self.shards}", [*self.cmd, "--shard", f"{i}/{self.shards}"]))
         self.log(f"done: shard {i}/{self.shards}")
-        return 0
 
-    def run_final(self) -> int:
-        self.run_step("final step", "--finalize", advice="; rerun the missing shards, then this step")
+    def run_final(self) -> None:
+        self.run(Step("run", "final step", [*self.cmd, "--finalize"]), "; rerun the missing shards, then this step")
         self.log(f"done: {self.out}")
-        return 0
-
-    def run_step(self, what: str, *flags: str, advice: str = "") -> None:
-        rc = self.run(Step("run", what, [*self.cmd, *flags]))
-        if rc:
-            raise Fail(f"{what} failed (exit {rc}){advice}")
 
 
-# ============================================================================================== command line
 PROGRAMS = {"eval": Eval, "prep": Prep}
 USAGE = "usage: python -m launch.arrays eval|prep SCRIPT [--dry-run] [--config FILE] [--set KEY=VALUE ...] | --help"
 
@@ -490,8 +446,10 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     kind, script, rest = argv[0], Path(argv[1]), argv[2:]
-    if "-h" in rest or "--help" in rest:
-        sys.stdout.write(help_text(script) + "\n" + settings.render_help(readers={kind}))
+    if "-h" in rest or "--help" in rest:  # the script's lines between the help markers, then the settings it reads
+        block = script.read_text().split("# --- help ---\n", 1)[1].split("# --- end help ---\n", 1)[0]
+        sys.stdout.write("".join(re.sub(r"^# ?", "", line) + "\n" for line in block.splitlines()))
+        sys.stdout.write("\n" + settings.render_help(readers={kind}))
         return 0
     ap = argparse.ArgumentParser(prog=f"bash {script}", add_help=False)
     ap.add_argument("--dry-run", action="store_true")
@@ -499,28 +457,25 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(rest)
     prog: Program | None = None
     try:
-        # --config and --set: into this environment, so the array's jobs and every step see the same values
-        os.environ.update(settings.resolve(os.environ, REPO, {kind}, a.config, a.set).env(("file", "command line")))
-        prog = PROGRAMS[kind](a.dry_run, dict(os.environ))
+        s = settings.resolve(os.environ, REPO, {kind}, a.config, a.set)
+        os.environ.update(s.env(("file", "command line")))  # the array's jobs and every step see the same values
+        prog = PROGRAMS[kind](a.dry_run, s)
         if not prog.dry:
             signal.signal(signal.SIGTERM, prog.on_term)
             signal.signal(signal.SIGINT, prog.on_term)
-        return prog.main()
-    except (Fail, InputError, JobStepError) as e:  # InputError: a settings.SettingsError too
-        if prog is not None and not prog.dry:
-            prog.log(f"error: {e}")
-        else:
-            job = prog.job_id if prog else os.environ.get("SLURM_JOB_ID", "local")
-            print(stamp(job, f"error: {e}"), file=sys.stderr, flush=True)
-        code, logs = (e.code, e.logs) if isinstance(e, Fail) else (1, ())
-        for path in logs:
+        prog.main()
+        return 0
+    except (Fail, InputError, JobStepError, OSError) as e:  # InputError: a settings.SettingsError too
+        job = prog.job_id if prog else os.environ.get("SLURM_JOB_ID", "local")
+        serving.log(job, f"error: {e}", prog.run_dir if prog and not prog.dry else None)
+        for path in e.logs if isinstance(e, Fail) else ():
             if path.is_file():
                 tail = "\n".join(path.read_text(errors="replace").splitlines()[-40:])
                 print(f"---- last 40 lines of {path}\n{tail}\n----", file=sys.stderr)
-        return code
+        return 1
     finally:
         if prog is not None:
-            prog.stop_all(5 if prog.terminating else 20)
+            prog.stop_all()
 
 
 if __name__ == "__main__":

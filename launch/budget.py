@@ -3,14 +3,14 @@ the stop grace.
 
 The 8B recipe's numbers are in docs/cluster.md, "Memory and disk budgets"; the GPU memory is :mod:`launch.budget_gpu`.
 Units: GiB (2**30 bytes), what Slurm's ``G`` means. Every number comes from EasyR1 at b44b311 (``verl/``) or a
-constant below. Facts behind them:
+constant below:
 
-- Host memory is for the node with rank 0 and both servers (on several nodes an upper bound for each):
+- Host memory of the node with rank 0 and both servers (on several nodes an upper bound for each) is
   ``always + max(start, training)`` plus :data:`MEMORY_MARGIN`. With ``enable_rank0_init`` rank 0 alone loads the
   policy on the CPU in ``fsdp.torch_dtype`` (fp32 for the actor) and FSDP moves the shards to the GPUs before vLLM
-  starts, so that copy (``start``) never meets vLLM's. ``sleep(level=1)`` keeps each engine's weights in host memory.
-  ``save_checkpoint`` stages each rank's model and optimizer shards on the CPU (``get_state_dict(cpu_offload=True)``).
-  The actor keeps its share of the batch's ``pixel_values`` on the CPU for the whole update; vLLM preprocesses every
+  starts, so that copy (``start``) never meets vLLM's. ``sleep(level=1)`` keeps each engine's weights in host memory;
+  ``save_checkpoint`` stages each rank's model and optimizer shards on the CPU (``get_state_dict(cpu_offload=True)``);
+  the actor keeps its share of the batch's ``pixel_values`` on the CPU for the whole update; vLLM preprocesses every
   request of a ``generate`` call (a rollout share, or one validation batch: never both) before it schedules any.
 - A checkpoint: every rank's model shard, ``optim`` (AdamW's two fp32 moments of the *trainable* parameters, all of
   them without LoRA: an upper bound) and ``extra_state``; rank 0 adds ``huggingface/`` and, with LoRA, the adapter as
@@ -26,6 +26,7 @@ if __name__ == "__main__" and not __package__:  # run by its path: its imports n
 
 import argparse
 import getpass
+import json
 import math
 import os
 import re
@@ -40,8 +41,8 @@ from typing import Any
 
 from core.errors import InputError
 from data_prep.validate import bounded_float, finite, nonneg_int, positive_float, positive_int
-from launch import budget_gpu
-from launch.budget_gpu import GIB, params_b_from_id, setting
+from launch import budget_gpu, settings
+from launch.budget_gpu import GIB, GPUS, Part, ServerPlan, find_gpu, params_b_from_id, setting, text_table
 from launch.merge import read_log_records
 from launch.run_files import CHECKPOINT_TRACKER, INCOMPLETE_DIR, STEP_DIR_RE
 from recipes.reader import RecipeError, dig, load_recipe
@@ -58,7 +59,6 @@ SERVER_GIB = 8.0  # one vllm serve (API server + engine core); its weights are m
 EXTRA_STATE_BYTES = 64 * 1024  # extra_state_*.pt: LR scheduler and RNG states
 HF_FILES_BYTES = 20 * 10**6  # actor/huggingface/: config and processor files (Qwen's tokenizer.json ~11 MB)
 DATALOADER_BYTES = 10**6  # dataloader.pt: the StatefulDataLoader's state
-DEFAULT_STOP_GRACE_S = 3000  # seconds from SIGUSR1 until the trainer is stopped (QUOTECITE_STOP_GRACE)
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 VAL_SIZE_DEFAULT = 83
 """Questions of the recipe's held-out set (``data.val_files``): a ``data.val_batch_size`` of -1 queues them all."""
@@ -69,8 +69,7 @@ QUOTA_TIMEOUT_S = 30  # a hung NFS server must not hang the job
 
 
 def model_params(model: str, params_b: float | None = None) -> tuple[int, str]:
-    """(parameters, where the number comes from): ``params_b``, else the published count of a known model, else the
-    number its id carries."""
+    """(parameters, where the number comes from): ``params_b``, else a known model's published count, else its id's."""
     if params_b is not None:
         return round(params_b * 1e9), f"--params-b {params_b:g}"
     if known := budget_gpu.KNOWN_SHAPES.get(budget_gpu.model_name(model)):
@@ -94,11 +93,6 @@ class CheckpointSize:
     @property
     def total(self) -> int:
         return self.model + self.optim + self.extra + self.lora_adapter + self.small
-
-    @property
-    def state(self) -> int:
-        """What ranks stage in host memory while saving: model and optimizer shards."""
-        return self.model + self.optim
 
 
 def checkpoint_bytes(
@@ -124,8 +118,7 @@ def kept_checkpoints(save_limit: int | None, max_steps: int | None, save_freq: i
 # --------------------------------------------------------------------------------------------- disk and quota
 @dataclass(frozen=True)
 class Quota:
-    """The user's block quota on a file system: bytes ``left`` (None: unknown or no limit) and a ``note`` saying what
-    was read from which command, or why nothing was."""
+    """Bytes ``left`` of the user's block quota (None: unknown or no limit) and a ``note``: what was read, or why not."""
 
     left: int | None
     note: str
@@ -157,14 +150,9 @@ def mount_of(path: str | Path) -> tuple[Path, str, str]:
 
 
 def parse_quota(text: str, mount: str = "", source: str = "") -> tuple[int, int, int] | None:
-    r"""(used, soft limit, hard limit) in KiB from ``lfs quota``, ``quota -w`` or ``mmlsquota --block-size 1K``: the
+    """(used, soft limit, hard limit) in KiB from ``lfs quota``, ``quota -w`` or ``mmlsquota --block-size 1K``: the
     row of ``mount`` or ``source`` when there are several, else the first; a name wrapped onto its own line is joined
-    to the next; ``*`` (over quota) is ignored. None: no row (no quota).
-
-    >>> parse_quota("Disk quotas for usr alice (uid 1000):\n Filesystem kbytes quota limit grace files quota limit "
-    ...             "grace\n /lustre 1048576* 0 2097152 - 10 0 0 -\n")
-    (1048576, 0, 2097152)
-    """
+    to the next; ``*`` (over quota) is ignored. None: no row (no quota)."""
     rows, carry = [], ""
     for line in text.splitlines():
         tok = f"{carry} {line}".split()
@@ -181,8 +169,7 @@ def parse_quota(text: str, mount: str = "", source: str = "") -> tuple[int, int,
     return mine[0][1:] if mine else None
 
 
-def read_quota(path: str | Path, user: str | None = None, fstype: str | None = None, which=shutil.which,
-               run=subprocess.run) -> Quota:  # fmt: skip
+def read_quota(path: str | Path, user: str | None = None, fstype: str | None = None, which=shutil.which) -> Quota:
     """The user's quota on the file system of ``path``: ``lfs quota -u USER MOUNT`` on Lustre, ``mmlsquota`` on GPFS,
     ``quota -w -f MOUNT`` elsewhere (``fstype`` None: read from ``/proc/mounts``). A command missing, failing or
     printing no limit: ``left`` None and a note that says so."""
@@ -198,7 +185,7 @@ def read_quota(path: str | Path, user: str | None = None, fstype: str | None = N
         return Quota(None, f"quota unknown: no {argv[0]} command on this node ({fstype or 'unknown'} file system "
                            f"{mount}); only its free space is checked")  # fmt: skip
     try:
-        r = run(argv, capture_output=True, text=True, timeout=QUOTA_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=QUOTA_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
         return Quota(None, f"quota unknown: `{cmd}` failed ({type(e).__name__}); only free space is checked")
     row = parse_quota(r.stdout, str(mount), source)
@@ -306,8 +293,7 @@ def _step_times(path: Path) -> dict[int, float]:
 
 
 def measured_step_seconds(run_dir: str | Path) -> float | None:
-    """The median ``timing_s/step`` of the run's steps: from the merged ``run_log.jsonl``, else from every segment's
-    ``experiment_log.jsonl``; None before the first logged step."""
+    """The median ``timing_s/step`` of the run's steps (``run_log.jsonl``, else the segments' logs); None before one."""
     run_dir = Path(run_dir)
     times = _step_times(run_dir / "run_log.jsonl")
     if not times:
@@ -362,11 +348,7 @@ def plan_save_freq(save_freq: Any, step_s: float | None, source: str, grace_s: f
                    measured: bool = True) -> SaveFreqPlan:  # fmt: skip
     """Lower ``trainer.save_freq`` to ``floor(grace / step)`` when ``save_freq`` x ``step_s`` is past ``grace_s``; a
     value the user set is kept with a warning; one *measured* step longer than the grace is refused (an estimated
-    one, or the user's value: a warning). No step time: nothing to say.
-
-    >>> plan_save_freq(4, 1400.0, "estimated", 3000, False).override, plan_save_freq(4, 700, "", 3000, False).override
-    ('trainer.save_freq=2', '')
-    """
+    one, or the user's value: a warning). No step time: nothing to say."""
     head = "save_freq       "
     if step_s is None:
         return SaveFreqPlan("", "")
@@ -386,11 +368,9 @@ def plan_save_freq(save_freq: Any, step_s: float | None, source: str, grace_s: f
         raise InputError(f"one training step ({_secs(step_s)} s, {source}) is longer than the stop grace of "
                          f"{grace_s:g} s (QUOTECITE_STOP_GRACE): no checkpoint can fall within it after SIGUSR1; raise "
                          "QUOTECITE_STOP_GRACE and the sbatch --signal offset above the step time")  # fmt: skip
-    was = (
-        f"{freq} x {_secs(step_s)} s = {_secs(freq * step_s)} s"
-        if freq > 0
-        else f"{freq} (checkpoints only at the end)"
-    )
+    was = f"{freq} (checkpoints only at the end)"
+    if freq > 0:
+        was = f"{freq} x {_secs(step_s)} s = {_secs(freq * step_s)} s"
     return SaveFreqPlan(f"trainer.save_freq={fits}", f"{head}trainer.save_freq={was} is past the {grace_s:g} s stop "
                         f"grace (step time {source}): the job passes trainer.save_freq={fits} "
                         f"({_secs(fits * step_s)} s between checkpoints); set trainer.save_freq yourself to keep "
@@ -400,11 +380,10 @@ def plan_save_freq(save_freq: Any, step_s: float | None, source: str, grace_s: f
 # --------------------------------------------------------------------------------------------- host memory
 @dataclass
 class Estimate:
-    """Host memory of one node: ``parts`` as (part, GiB, why), the phase of each, and the margin."""
+    """Host memory of one node: its parts and the phase of each."""
 
-    parts: list[tuple[str, float, str]]
+    parts: list[Part]
     phases: list[str]
-    margin: float
 
     def by_phase(self) -> dict[str, float]:
         return {ph: sum(g for (_, g, _), p in zip(self.parts, self.phases, strict=True) if p == ph)
@@ -419,7 +398,7 @@ class Estimate:
     @property
     def total_gib(self) -> int:
         """The peak plus the margin, rounded up to a whole GiB."""
-        return math.ceil(self.peak_gib * (1 + self.margin) - 1e-9)
+        return math.ceil(self.peak_gib * (1 + MEMORY_MARGIN) - 1e-9)
 
     @property
     def sbatch_mem(self) -> str:
@@ -427,73 +406,19 @@ class Estimate:
         return f"{self.total_gib}G"
 
     def table(self) -> str:
-        w = max(len(p) for p, _, _ in self.parts)
-        lines = [f"{'part':<{w}}  {'GiB':>6}  {'phase':<8}  why"]
-        for (part, gib, why), phase in zip(self.parts, self.phases, strict=True):
-            lines.append(f"{part:<{w}}  {gib:6.1f}  {phase:<8}  {why}")
+        rows = [
+            (part, f"{gib:.1f}", phase, why) for (part, gib, why), phase in zip(self.parts, self.phases, strict=True)
+        ]
         by = self.by_phase()
-        lines.append(f"peak = always {by['always']:.1f} + max(start {by['start']:.1f}, training {by['training']:.1f}) "
-                     f"= {self.peak_gib:.1f} GiB; + {self.margin:.0%} margin -> --mem={self.sbatch_mem}")  # fmt: skip
-        return "\n".join(lines)
-
-
-def memory_estimate(
-    recipe: dict, params: int, ckpt: CheckpointSize, n: int, nnodes: int, judge_replicas: int = 1, val_size=None
-) -> Estimate:
-    """Host memory of the node with rank 0 and the servers, for a recipe of a policy of ``params`` parameters (and
-    checkpoints of ``ckpt``) on ``n`` trainer GPUs per node (the module docstring says where each part comes from)."""
-    tensor_parallel = setting(recipe, "worker.rollout.tensor_parallel_size", 2)
-    if n < 1 or nnodes < 1 or tensor_parallel < 1:
-        raise InputError("trainer GPUs per node, nodes and tensor_parallel_size must be at least 1")
-    actor_bytes = _dtype(recipe, "worker.actor.fsdp.torch_dtype", "fp32")
-    rollout_bytes = _dtype(recipe, "worker.rollout.dtype", "bf16")
-    rollout_batch = setting(recipe, "data.rollout_batch_size", 512)
-    val_batch = setting(recipe, "data.val_batch_size", -1)
-    val_batch = val_batch if val_batch >= 0 else val_size or VAL_SIZE_DEFAULT
-    images = setting(recipe, "worker.rollout.limit_images", 0) or 1
-    max_pixels = setting(recipe, "data.max_pixels", 4194304)
-    world, params_b = n * nnodes, params / 1e9
-    page = images * max_pixels * PIXEL_VALUE_BYTES
-    pages = f"{images} pages x {max_pixels} px x {PIXEL_VALUE_BYTES} B"
-    prompts = math.ceil(rollout_batch / world)
-    groups = max(1, world // tensor_parallel)  # each engine of a TP group holds the group's share of the requests
-    rollout_q, val_q = math.ceil(rollout_batch / groups), math.ceil(val_batch / groups)
-    queued = max(rollout_q, val_q)
-    batch = f"a validation batch of {val_batch}" if val_q > rollout_q else f"a rollout batch of {rollout_batch}"
-    rows = [
-        ("vLLM sleep-mode weights", n * params * rollout_bytes / tensor_parallel / GIB, "training",
-         f"{n} engine(s) x {params_b:g}B x {rollout_bytes} B / TP {tensor_parallel} (sleep level 1 keeps "
-         "weights in host memory)"),
-        ("checkpoint staging", ckpt.state * n / world / GIB, "training", f"model+optimizer state "
-         f"{ckpt.state / GIB:.1f} GiB x {n}/{world} GPUs (get_state_dict cpu_offload)"),
-        ("actor image cache", n * prompts * page / GIB, "training",
-         f"{n} worker(s) x {prompts} prompts x {pages} (float32 pixel_values)"),
-        ("vLLM queued images", n * queued * page / GIB, "training", f"{n} engine(s) x {queued} prompts ({batch} / "
-         f"{groups} engine group(s)) x {pages} (float32 pixel_values of every queued request)"),
-        ("data loader", DATALOADER_WORKERS * (page / GIB + LOADER_PROCESS_GIB), "training",
-         f"{DATALOADER_WORKERS} workers x (one prompt's pixel_values + {LOADER_PROCESS_GIB:g} GiB process)"),
-        ("Ray and trainer processes", RAY_BASE_GIB + (n + REWARD_ACTORS) * PROCESS_GIB, "always",
-         f"{RAY_BASE_GIB:g} GiB driver+GCS+raylet, ({n} GPU workers + {REWARD_ACTORS} reward actors) x "
-         f"{PROCESS_GIB:g} GiB"),
-        ("embedder server", SERVER_GIB, "always", f"vllm serve {SERVER_GIB:g} GiB"),
-    ]  # fmt: skip
-    if bool(dig(recipe, "worker.actor.fsdp.enable_rank0_init", True)):
-        rows.insert(0, ("policy load (rank 0)", params * actor_bytes / GIB, "start",
-                        f"{params_b:g}B params x {actor_bytes} B on the CPU (fsdp.enable_rank0_init)"))  # fmt: skip
-    if judge_replicas:
-        rows.insert(-1, ("judge server(s)", judge_replicas * SERVER_GIB, "always",
-                         f"{judge_replicas} x vllm serve {SERVER_GIB:g} GiB (weights mmapped, not counted)"))  # fmt: skip
-    return Estimate([(name, gib, why) for name, gib, _, why in rows], [r[2] for r in rows], MEMORY_MARGIN)
+        peak = (f"peak = always {by['always']:.1f} + max(start {by['start']:.1f}, training {by['training']:.1f}) = "
+                f"{self.peak_gib:.1f} GiB; + {MEMORY_MARGIN:.0%} margin -> --mem={self.sbatch_mem}")  # fmt: skip
+        return "\n".join([*text_table(("part", "GiB", "phase", "why"), rows, 1), peak])
 
 
 def plan_val_batch(val_batch_size: Any, rollout_batch_size: Any, user_set: bool) -> tuple[str, str]:
     """(override, note): a ``data.val_batch_size`` of -1 (EasyR1 queues the whole validation set in one generate
     call: about 30 GiB of images an engine for the 8B recipe) or above the rollout batch is bounded to
-    ``data.rollout_batch_size``; a value the user set is kept (the memory check refuses it when it cannot fit).
-
-    >>> plan_val_batch(-1, 32, False)[0], plan_val_batch(16, 32, False)[0], plan_val_batch(-1, 32, True)[0]
-    ('data.val_batch_size=32', '', '')
-    """
+    ``data.rollout_batch_size``; a value the user set is kept (the memory check refuses it when it cannot fit)."""
     try:
         vb, rb = int(val_batch_size if val_batch_size is not None else -1), int(rollout_batch_size)
     except (TypeError, ValueError):
@@ -511,8 +436,7 @@ def plan_val_batch(val_batch_size: Any, rollout_batch_size: Any, user_set: bool)
 
 
 def job_memory_mib(environ: dict[str, str] | Any) -> int | None:
-    """The job's memory per node in MiB (``SLURM_MEM_PER_NODE``); None when Slurm does not say (no ``--mem``,
-    ``--mem=0``: the whole node, or outside Slurm)."""
+    """The job's memory per node in MiB (``SLURM_MEM_PER_NODE``); None when unknown or ``--mem=0`` (the whole node)."""
     v = str(environ.get("SLURM_MEM_PER_NODE", "")).strip()
     return int(v) if v.isdigit() and int(v) > 0 else None
 
@@ -521,7 +445,7 @@ def check_host_memory(est: Estimate, mem_mib: int | None) -> tuple[str, str]:
     """(level, message): ``refuse`` when the peak (without the margin) exceeds the job's memory, ``warn`` when only
     the margin does not fit, ``ok`` else or when it is unknown."""
     peak = est.peak_gib
-    text = f"{peak:.1f} GiB at peak, --mem={est.sbatch_mem} with the {est.margin:.0%} margin"
+    text = f"{peak:.1f} GiB at peak, --mem={est.sbatch_mem} with the {MEMORY_MARGIN:.0%} margin"
     if mem_mib is None:
         return "ok", f"{text} (the job's memory is not known here: no SLURM_MEM_PER_NODE)"
     have = mem_mib / 1024
@@ -569,8 +493,8 @@ def plan_from_recipe(
     judge_replicas: int = 1,
     val_size: int | None = None,
 ) -> RecipePlan:
-    """Memory and checkpoint size for a recipe and its EasyR1 ``key=value`` overrides; ``val_size``: the validation
-    set's questions, for ``data.val_batch_size: -1`` (default :data:`VAL_SIZE_DEFAULT`)."""
+    """Host memory and checkpoint size for a recipe and its EasyR1 ``key=value`` overrides; ``val_size``: the
+    validation set's questions, for ``data.val_batch_size: -1`` (default :data:`VAL_SIZE_DEFAULT`)."""
     recipe, model = budget_gpu.load_policy_recipe(path, overrides)
     params, source = model_params(model, params_b)
     rank = setting(recipe, "worker.actor.model.lora.rank", 0)
@@ -583,23 +507,64 @@ def plan_from_recipe(
         lora = shape.lora_params(rank, str(dig(recipe, "worker.actor.model.lora.target_modules", "all-linear")))
     n = n_gpus_per_node or setting(recipe, "trainer.n_gpus_per_node", 8)
     nodes = nnodes or setting(recipe, "trainer.nnodes", 1)
+    tensor_parallel = setting(recipe, "worker.rollout.tensor_parallel_size", 2)
+    if n < 1 or nodes < 1 or tensor_parallel < 1:
+        raise InputError("trainer GPUs per node, nodes and tensor_parallel_size must be at least 1")
     actor_bytes = _dtype(recipe, "worker.actor.fsdp.torch_dtype", "fp32")
     ckpt = checkpoint_bytes(params, lora, n * nodes, bool(dig(recipe, "trainer.save_model_only", False)), actor_bytes)
+
+    # host memory of the node with rank 0 and the servers (the module docstring says where each part comes from)
+    rollout_bytes = _dtype(recipe, "worker.rollout.dtype", "bf16")
+    rollout_batch = setting(recipe, "data.rollout_batch_size", 512)
+    val_batch = setting(recipe, "data.val_batch_size", -1)
+    val_batch = val_batch if val_batch >= 0 else val_size or VAL_SIZE_DEFAULT
+    images = setting(recipe, "worker.rollout.limit_images", 0) or 1
+    max_pixels = setting(recipe, "data.max_pixels", 4194304)
+    world, params_b, state = n * nodes, params / 1e9, ckpt.model + ckpt.optim  # what ranks stage while saving
+    page = images * max_pixels * PIXEL_VALUE_BYTES
+    pages = f"{images} pages x {max_pixels} px x {PIXEL_VALUE_BYTES} B"
+    prompts = math.ceil(rollout_batch / world)
+    groups = max(1, world // tensor_parallel)  # each engine of a TP group holds the group's share of the requests
+    rollout_q, val_q = math.ceil(rollout_batch / groups), math.ceil(val_batch / groups)
+    queued = max(rollout_q, val_q)
+    batch = f"a validation batch of {val_batch}" if val_q > rollout_q else f"a rollout batch of {rollout_batch}"
+    rows = [
+        ("vLLM sleep-mode weights", n * params * rollout_bytes / tensor_parallel / GIB, "training",
+         f"{n} engine(s) x {params_b:g}B x {rollout_bytes} B / TP {tensor_parallel} (sleep level 1 keeps "
+         "weights in host memory)"),
+        ("checkpoint staging", state * n / world / GIB, "training", f"model+optimizer state "
+         f"{state / GIB:.1f} GiB x {n}/{world} GPUs (get_state_dict cpu_offload)"),
+        ("actor image cache", n * prompts * page / GIB, "training",
+         f"{n} worker(s) x {prompts} prompts x {pages} (float32 pixel_values)"),
+        ("vLLM queued images", n * queued * page / GIB, "training", f"{n} engine(s) x {queued} prompts ({batch} / "
+         f"{groups} engine group(s)) x {pages} (float32 pixel_values of every queued request)"),
+        ("data loader", DATALOADER_WORKERS * (page / GIB + LOADER_PROCESS_GIB), "training",
+         f"{DATALOADER_WORKERS} workers x (one prompt's pixel_values + {LOADER_PROCESS_GIB:g} GiB process)"),
+        ("Ray and trainer processes", RAY_BASE_GIB + (n + REWARD_ACTORS) * PROCESS_GIB, "always",
+         f"{RAY_BASE_GIB:g} GiB driver+GCS+raylet, ({n} GPU workers + {REWARD_ACTORS} reward actors) x "
+         f"{PROCESS_GIB:g} GiB"),
+        ("embedder server", SERVER_GIB, "always", f"vllm serve {SERVER_GIB:g} GiB"),
+    ]  # fmt: skip
+    if bool(dig(recipe, "worker.actor.fsdp.enable_rank0_init", True)):
+        rows.insert(0, ("policy load (rank 0)", params * actor_bytes / GIB, "start",
+                        f"{params_b:g}B params x {actor_bytes} B on the CPU (fsdp.enable_rank0_init)"))  # fmt: skip
+    if judge_replicas:
+        rows.insert(-1, ("judge server(s)", judge_replicas * SERVER_GIB, "always",
+                         f"{judge_replicas} x vllm serve {SERVER_GIB:g} GiB (weights mmapped, not counted)"))  # fmt: skip
     return RecipePlan(
         model, params, source, lora, n, nodes,
         save_freq=setting(recipe, "trainer.save_freq", -1),
         save_limit=setting(recipe, "trainer.save_limit", -1),
         max_steps=max_steps if max_steps is not None else setting(recipe, "trainer.max_steps", None),
         ckpt=ckpt,
-        estimate=memory_estimate(recipe, params, ckpt, n, nodes, judge_replicas, val_size),
+        estimate=Estimate([(name, gib, why) for name, gib, _, why in rows], [r[2] for r in rows]),
     )  # fmt: skip
 
 
 def run_disk_check(recipe: str | Path, overrides: list[str], run_dir: str | Path, max_steps: int | None = None,
                    params_b: float | None = None, n_gpus_per_node: int | None = None, nnodes: int | None = None,
                    margin: float = 0.1) -> tuple[str, str]:  # fmt: skip
-    """:func:`check_disk` for the checkpoints a run of ``recipe`` will keep in ``run_dir``, less the step folders it
-    already holds (what each training job checks, and ``disk`` prints)."""
+    """:func:`check_disk` for the checkpoints a run of ``recipe`` will keep in ``run_dir``, less the step folders there."""
     plan = plan_from_recipe(recipe, overrides, params_b, n_gpus_per_node, nnodes, max_steps=max_steps)
     kept = kept_checkpoints(plan.save_limit, plan.max_steps, plan.save_freq)
     ckpt_dir = Path(run_dir) / "checkpoints"
@@ -612,36 +577,6 @@ def run_disk_check(recipe: str | Path, overrides: list[str], run_dir: str | Path
 
 
 # --------------------------------------------------------------------------------------------- CLI
-def _recipe_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--recipe", required=True, help="EasyR1 recipe YAML (e.g. recipes/qwen3vl_8b_grpo.yaml)")
-    p.add_argument("--params-b", type=positive_float, help="policy parameters in billions (default: from the model)")
-    p.add_argument("--train-gpus-per-node", type=positive_int, help="default: the recipe's trainer.n_gpus_per_node")
-    p.add_argument("--nnodes", type=positive_int, help="trainer nodes (default: the recipe's trainer.nnodes)")
-    p.add_argument("overrides", nargs="*", help="EasyR1 key=value overrides, as the launch passes them")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="what", required=True)
-    m = sub.add_parser("memory", help="host memory per node: the #SBATCH --mem= value, then its parts")
-    d = sub.add_parser("disk", help="checkpoint disk use against free space (exit 3 when it cannot fit)")
-    for p in (m, d):
-        _recipe_args(p)
-    m.add_argument("--judge-replicas", type=nonneg_int, default=1, help="judge servers on the node (default 1)")
-    m.add_argument("--val-size", type=positive_int, help="validation questions, for data.val_batch_size -1 "
-                   f"(default {VAL_SIZE_DEFAULT}, the recipe's held-out set)")  # fmt: skip
-    d.add_argument("--run-dir", required=True, help="the run folder (its checkpoints/ holds the step folders)")
-    d.add_argument("--max-steps", type=positive_int, help="needed when trainer.save_limit keeps every checkpoint")
-    d.add_argument("--margin", type=bounded_float(0.0, 10.0), default=0.1, help="warn under this spare fraction")
-    d.add_argument("--prune", action="store_true", help="first prune checkpoints/incomplete/ (keeps the newest)")
-    s = sub.add_parser("save-freq", help="warn when save_freq x the measured step time exceeds the stop grace")
-    s.add_argument("--run-dir", required=True)
-    s.add_argument("--save-freq", type=int, help="default: the recipe's trainer.save_freq")
-    s.add_argument("--recipe", help="recipe to read trainer.save_freq from")
-    s.add_argument("--grace", type=finite, default=DEFAULT_STOP_GRACE_S, help="seconds from SIGUSR1 to the stop")
-    g = sub.add_parser("gpu", help="GPU memory per phase and GPU against a GPU kind (exit 3 when a phase cannot fit)")
-    budget_gpu.add_arguments(g)
-
-
 def _memory(args: argparse.Namespace) -> int:
     plan = plan_from_recipe(args.recipe, args.overrides, args.params_b, args.train_gpus_per_node, args.nnodes,
                             judge_replicas=args.judge_replicas, val_size=args.val_size)  # fmt: skip
@@ -686,17 +621,56 @@ def _save_freq(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    commands = {"gpu": budget_gpu.run, "memory": _memory, "disk": _disk, "save-freq": _save_freq}
-    return commands[args.what](args)
+def _gpu(args: argparse.Namespace) -> int:
+    servers = ServerPlan(judge_util=args.judge_util, embed_util=args.embed_util, serve_gpus=args.serve_gpus,
+                         judge_replicas=min(args.judge_replicas, args.serve_gpus))  # fmt: skip
+    b = budget_gpu.budget_from_recipe(args.recipe, args.overrides, find_gpu(args.gpu), args.train_gpus, servers)
+    print(json.dumps(b.to_json(), indent=1) if args.json else b.table())
+    if why := b.refusal():
+        print(f"error: {why}", file=sys.stderr)
+        return 3
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.budget", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
+    sub = parser.add_subparsers(dest="what", required=True)
+    m = sub.add_parser("memory", help="host memory per node: the #SBATCH --mem= value, then its parts")
+    d = sub.add_parser("disk", help="checkpoint disk use against free space (exit 3 when it cannot fit)")
+    g = sub.add_parser("gpu", help="GPU memory per phase and GPU against a GPU kind (exit 3 when a phase cannot fit)")
+    s = sub.add_parser("save-freq", help="warn when save_freq x the measured step time exceeds the stop grace")
+    for p in (m, d, g):
+        p.add_argument("--recipe", required=True, help="EasyR1 recipe YAML (e.g. recipes/qwen3vl_8b_grpo.yaml)")
+        p.add_argument("overrides", nargs="*", help="EasyR1 key=value overrides, as the launch passes them")
+    for p in (m, d):
+        p.add_argument("--params-b", type=positive_float, help="policy parameters in billions (default: the model's)")
+        p.add_argument("--train-gpus-per-node", type=positive_int, help="default: trainer.n_gpus_per_node")
+        p.add_argument("--nnodes", type=positive_int, help="trainer nodes (default: the recipe's trainer.nnodes)")
+    m.add_argument("--judge-replicas", type=nonneg_int, default=1, help="judge servers on the node (default 1)")
+    m.add_argument("--val-size", type=positive_int, help="validation questions, for data.val_batch_size -1 "
+                   f"(default {VAL_SIZE_DEFAULT}, the recipe's held-out set)")  # fmt: skip
+    d.add_argument("--run-dir", required=True, help="the run folder (its checkpoints/ holds the step folders)")
+    d.add_argument("--max-steps", type=positive_int, help="needed when trainer.save_limit keeps every checkpoint")
+    d.add_argument("--margin", type=bounded_float(0.0, 10.0), default=0.1, help="warn under this spare fraction")
+    d.add_argument("--prune", action="store_true", help="first prune checkpoints/incomplete/ (keeps the newest)")
+    s.add_argument("--run-dir", required=True)
+    s.add_argument("--save-freq", type=int, help="default: the recipe's trainer.save_freq")
+    s.add_argument("--recipe", help="recipe to read trainer.save_freq from")
+    s.add_argument("--grace", type=finite, default=settings.Run().stop_grace, help="seconds from SIGUSR1 to the stop")
+    g.add_argument("--gpu", required=True, help=f"the GPU kind: {', '.join(GPUS)}")
+    g.add_argument("--train-gpus", type=positive_int, help="trainer GPUs in all (default: the recipe's "
+                   "trainer.n_gpus_per_node x trainer.nnodes)")  # fmt: skip
+    servers = ServerPlan()
+    for flag, who, default in (("judge", "judge", servers.judge_util), ("embed", "embedder", servers.embed_util)):
+        help = f"the {who}'s vLLM share (QUOTECITE_{flag.upper()}_GPU_UTIL; default {default:g})"
+        g.add_argument(f"--{flag}-util", type=bounded_float(0.01, 1.0), default=default, help=help)
+    g.add_argument("--serve-gpus", type=positive_int, default=1, help="GPUs of the servers (QUOTECITE_SERVE_GPUS)")
+    g.add_argument("--judge-replicas", type=positive_int, default=1, help="judge servers (QUOTECITE_JUDGE_REPLICAS)")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
+    commands = {"gpu": _gpu, "memory": _memory, "disk": _disk, "save-freq": _save_freq}
     try:
-        return run(args)
+        return commands[args.what](args)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

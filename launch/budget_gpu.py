@@ -7,15 +7,14 @@ constants below. Per trainer GPU, with FSDP ``FULL_SHARD`` over the ``W`` traine
 
 - *base weights*: with LoRA every frozen parameter is cast to bf16 (``fsdp_workers._build_model_optimizer``), params
   x 2 / W; without, the actor is fp32 (``fsdp.torch_dtype``'s default), params x 4 / W; 0 with ``offload_params``.
-- *trainable state*: fp32 parameter, gradient and AdamW's two moments, 16 bytes each / W (the gradients are freed
-  between steps: an upper bound); 8 with ``offload_optimizer``. With LoRA the adapter's parameters, else all but a
-  frozen vision tower's.
+- *trainable state*: fp32 parameter, gradient and AdamW's two moments, 16 bytes each / W (gradients are freed between
+  steps: an upper bound); 8 with ``offload_optimizer``. With LoRA the adapter, else all but a frozen vision tower.
 - *reference model*: none with LoRA (EasyR1 disables the adapter); else, with ``use_kl_loss``, bf16 params x 2 / W.
 - *FSDP gather*: the root unit (embeddings, LM head) unsharded for the whole forward and backward, plus two decoder
   layers (computing, prefetched); outside the rollout also what a sleeping vLLM keeps.
 - *rollout*: vLLM takes ``gpu_memory_utilization`` x the whole GPU (not of what is free): weights / TP, the LoRA
-  slot, the profile run's activations, graphs and non-torch memory; the rest is KV cache. A group of ``n``
-  responses to a prompt of P tokens holds ``P + n x max_response_length`` tokens (prefix caching keeps P once).
+  slot, the profile run's activations, graphs and non-torch memory; the rest is KV cache. A group of ``n`` responses
+  to a prompt of P tokens holds ``P + n x max_response_length`` tokens (prefix caching keeps P once).
 - *log-prob*: dynamic batching packs ``micro_batch_size_per_device_for_experience x (prompt + response)`` tokens into
   one forward without gradients: the bf16 logits over every token (the patched Qwen3-VL forward returns them all),
   the last hidden states and the micro-batch's ``pixel_values``.
@@ -26,26 +25,22 @@ constants below. Per trainer GPU, with FSDP ``FULL_SHARD`` over the ``W`` traine
 - *servers*: each ``vllm serve`` takes its ``--gpu-memory-utilization`` x the GPU; a share must hold the model's
   bf16 weights plus :data:`SERVER_MIN_GIB`, and the shares of one GPU must add up to at most the GPU.
 
-Against issue 31's figures for the 8B recipe on 2 H200s (paper estimates; ``tests/launch/test_budget_gpu.py`` checks
-each within 15 %) this model gives 56 GiB for the update, not 50-55 (it also counts the logits' gradient, the context,
-the gather and the sleeping vLLM), and 45 for log-prob, not 50 (no second logits-sized tensor). Not counted:
-autograd's ``CopySlices`` for the in-place division may briefly hold one or two more logits-sized gradients (the
-update's margin on an 80 GB GPU is the first to check on a real run), and the frozen vision tower's activations.
+Against issue 31's figures for the 8B recipe on 2 H200s (paper estimates; the tests check each within 15 %) this
+gives 56 GiB for the update, not 50-55 (it also counts the logits' gradient, the context, the gather and the sleeping
+vLLM), and 45 for log-prob, not 50 (no second logits-sized tensor). Not counted: autograd's ``CopySlices`` for the
+in-place division may briefly hold one or two more logits-sized gradients (the update's margin on an 80 GB GPU is the
+first to check on a real run), and the frozen vision tower's activations.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
 from core.io import read_json
-from data_prep.validate import bounded_float, positive_int
 from launch import settings
 from recipes.reader import RecipeError, dig, load_recipe
 
@@ -59,17 +54,6 @@ VLLM_NON_TORCH_GIB = 1.0  # vLLM's memory outside torch's allocator: its CUDA co
 VLLM_GRAPHS_GIB = 1.0  # vLLM's CUDA graphs (0 with enforce_eager)
 PIXEL_GPU_BYTES = 36  # pixel_values per pixel: float32 x 3 channels x temporal_patch_size 2, plus the bf16 copy
 SERVER_MIN_GIB = 4.0  # a server's share beyond its weights: the least KV cache, activations and graphs it starts with
-
-
-def vllm_act_bytes_per_token(s: ModelShape) -> int:
-    """A token of vLLM's profile run, bf16: fused gate/up output, activation, q/k/v and four hidden-size buffers."""
-    return 2 * (3 * s.intermediate + s.q + 2 * s.kv + 4 * s.hidden)
-
-
-def train_layer_bytes_per_token(s: ModelShape) -> int:
-    """A token of one decoder layer's forward kept for its backward, with that backward's largest gradient, bf16:
-    q/k/v, attention output and log-sum-exp, six hidden-size tensors, gate, up, activation, product, one gradient."""
-    return 2 * (s.q + 2 * s.kv + s.q + 6 * s.hidden + 5 * s.intermediate)
 
 
 # --------------------------------------------------------------------------------------------- GPUs
@@ -106,13 +90,7 @@ def find_gpu(name: str) -> Gpu:
 
 
 def gpu_from_slurm(environ) -> tuple[Gpu | None, str]:
-    """(the GPU kind the job's Slurm variables name: ``gpu:h200:3``, ``gres/gpu:h200=3``, where), or (None, why not).
-
-    >>> gpu_from_slurm({"SLURM_GPUS_PER_NODE": "gpu:h200:3"})[0].name
-    'H200'
-    >>> gpu_from_slurm({"SLURM_GPUS_PER_NODE": "3"})
-    (None, 'no GPU type in SLURM_GPUS_PER_NODE, SLURM_TRES_PER_NODE, SLURM_GPUS')
-    """
+    """(the GPU kind the job's Slurm variables name: ``gpu:h200:3``, ``gres/gpu:h200=3``, where), or (None, why not)."""
     for var in SLURM_GPU_VARIABLES:
         for part in (p.strip() for p in re.split(r"[,:=/]", environ.get(var) or "")):
             if part and not part.isdigit() and part not in ("gpu", "gres"):
@@ -125,13 +103,7 @@ def gpu_from_slurm(environ) -> tuple[Gpu | None, str]:
 
 def gpu_from_model_name(model: str) -> Gpu | None:
     """The kind a driver's model name stands for; None when none or ambiguous (an H100 NVL's 94 GB, a GH200's 96 or
-    144 GB: not the H200 its name contains).
-
-    >>> gpu_from_model_name("NVIDIA H100 80GB HBM3").name, gpu_from_model_name("NVIDIA H100 NVL")
-    ('H100 80GB', None)
-    >>> gpu_from_model_name("NVIDIA GH200 480GB"), gpu_from_model_name("gh200")
-    (None, None)
-    """
+    144 GB: not the H200 its name contains)."""
     k = re.sub(r"[^a-z0-9]", "", model.lower())
     if "gh200" in k or "gb200" in k:
         return None
@@ -248,8 +220,6 @@ QWEN3_VL_8B = ModelShape(
 """Qwen3-VL-8B-Instruct's ``config.json``: 8,767,123,696 parameters (the published 8.77B)."""
 KNOWN_SHAPES = {"qwen3-vl-8b-instruct": QWEN3_VL_8B, "qwen3-vl-8b-thinking": QWEN3_VL_8B}
 """By the model id's last component, lower case; any other model is read from its local ``config.json``."""
-
-
 VISION_KEYS = {
     "vision_depth": "depth",
     "vision_hidden": "hidden_size",
@@ -301,12 +271,8 @@ def model_shape(model: str) -> ModelShape | None:
 
 
 def params_b_from_id(model: str) -> float | None:
-    """The parameter count in billions a model id carries (the larger of several, as in ``Qwen3-30B-A3B``).
-
-    >>> params_b_from_id("Qwen/Qwen3-VL-8B-Instruct"), params_b_from_id("org/llama-3.1-70b"), params_b_from_id("x/y")
-    (8.0, 70.0, None)
-    """
-    found = re.findall(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])", model.rstrip("/").rsplit("/", 1)[-1])
+    """The parameter count in billions a model id carries (the larger of several, as in ``Qwen3-30B-A3B``)."""
+    found = re.findall(r"(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])", model_name(model))
     return max(map(float, found)) if found else None
 
 
@@ -395,13 +361,29 @@ def read_recipe(path: str | Path, overrides: list[str] | None = None, world: int
 
 
 # --------------------------------------------------------------------------------------------- the estimate
+Part = tuple[str, float, str]
+"""(part, GiB, why): a row of a budget, host memory's as the GPU's."""
+
+
+def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: int) -> list[str]:
+    """Columns two spaces apart, column ``right`` aligned right, the last one not padded."""
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
+    lines = []
+    for row in (header, *rows):
+        cells = [
+            c.rjust(w) if i == right else c.ljust(w) for i, (c, w) in enumerate(zip(row[:-1], widths, strict=True))
+        ]
+        lines.append("  ".join([*cells, row[-1]]))
+    return lines
+
+
 @dataclass
 class Phase:
-    """One phase on one GPU (``trainer``: each of them, or ``server N``): its parts as (part, GiB, why)."""
+    """One phase on one GPU (``trainer``: each of them, or ``server N``) and its parts."""
 
     gpu: str
     phase: str
-    parts: list[tuple[str, float, str]]
+    parts: list[Part]
     capacity_gib: float
 
     @property
@@ -426,7 +408,7 @@ class GpuBudget:
     kv_gib: float
     kv_tokens: int
     group_tokens: int
-    notes: list[str] = field(default_factory=list)
+    notes: list[str]
 
     def groups(self, prompt_tokens: int | None = None) -> float:
         """Groups of ``n`` the KV cache holds at once for prompts of ``prompt_tokens`` (default: the recipe's)."""
@@ -478,6 +460,23 @@ class GpuBudget:
         return {"gpu": asdict(self.gpu) | {"gib": round(self.gpu.gib, 2)}, "model": r.model, "params": r.shape.params,
                 "lora_params": r.lora_params, "trainer_gpus": r.world, "fits": self.fits, "refusal": self.refusal(),
                 "phases": phases, "vllm": vllm, "notes": self.notes}  # fmt: skip
+
+    def table(self) -> str:
+        """One block of rows per phase and GPU, its total against the GPU; then the notes and the KV cache."""
+        g, r = self.gpu, self.recipe
+        rows = []
+        for p in self.phases:
+            rows += [(p.gpu, p.phase, name, f"{gib:.1f}", why) for name, gib, why in p.parts]
+            left = f"of {p.capacity_gib:.1f} GiB: {p.capacity_gib - p.need_gib:+.1f} GiB left"
+            verdict = "fits" if p.fits else "does not fit"
+            rows.append((p.gpu, p.phase, f"total ({verdict})", f"{p.need_gib:.1f}", left))
+        title = f"GPU memory: {r.model} on {r.world} x {g.name} trainer GPU(s) ({g.gib:.1f} GiB, {g.nominal} nominal)"
+        notes = [f"note: {n}" for n in self.notes]
+        kv = (
+            f"vLLM KV cache: {self.kv_gib:.1f} GiB = {self.kv_tokens} tokens; {self.groups():.1f} groups of {r.n} "
+            f"in flight at {r.prompt}-token prompts"
+        )
+        return "\n".join([title, *text_table(("GPU", "phase", "part", "GiB", "why"), rows, 3), *notes, kv])
 
 
 @dataclass(frozen=True)
@@ -546,10 +545,11 @@ def estimate(r: GpuRecipe, gpu: Gpu, servers: ServerPlan | None = None) -> GpuBu
         ("vLLM asleep", VLLM_ASLEEP_GIB, "sleep(level=1) frees weights and KV; graphs' pools stay"),
     ]  # fmt: skip
 
-    # rollout: vLLM's share of the whole GPU next to the trainer's resident state
+    # rollout: vLLM's share of the whole GPU next to the trainer's resident state; a token of its profile run holds
+    # (bf16) the fused gate/up output, the activation, q/k/v and four hidden-size buffers
     tp = r.tensor_parallel
     v_weights, v_lora = s.params * 2 / tp / GIB, r.lora_params * 2 / GIB
-    v_act = vllm_act_bytes_per_token(s) * r.max_batched_tokens / tp / GIB
+    v_act = 2 * (3 * s.intermediate + s.q + 2 * s.kv + 4 * s.hidden) * r.max_batched_tokens / tp / GIB
     v_fixed = VLLM_NON_TORCH_GIB + (0.0 if r.enforce_eager else VLLM_GRAPHS_GIB)
     kv = max(0.0, r.gpu_util * cap - v_weights - v_lora - v_act - v_fixed)
     kv_tokens = int(kv * GIB // (s.kv_bytes_per_token() / tp))
@@ -564,7 +564,7 @@ def estimate(r: GpuRecipe, gpu: Gpu, servers: ServerPlan | None = None) -> GpuBu
          f"{kv_tokens / group:.1f} groups of {r.n} x ({r.prompt} + {r.n} x {r.response})"),
     ]  # fmt: skip
 
-    def micro_batch(seqs: int) -> tuple[int, float, tuple[str, float, str]]:
+    def micro_batch(seqs: int) -> tuple[int, float, Part]:
         """(tokens, bf16 logits GiB, the pixel values part) of a micro-batch of ``seqs`` sequences."""
         pixels = seqs * r.limit_images * r.max_pixels * PIXEL_GPU_BYTES / GIB
         why = f"{seqs} prompt(s) x {r.limit_images} pages x {r.max_pixels} px x {PIXEL_GPU_BYTES} B"
@@ -581,9 +581,11 @@ def estimate(r: GpuRecipe, gpu: Gpu, servers: ServerPlan | None = None) -> GpuBu
         pix_exp,
     ]  # fmt: skip
 
-    # update: one micro-batch forward and backward
+    # update: one micro-batch forward and backward; a token of one decoder layer keeps for its backward, with that
+    # backward's largest gradient (bf16): q/k/v, attention output and log-sum-exp, six hidden-size tensors, gate, up,
+    # activation, product, one gradient
     t_up, logits_up, pix_up = micro_batch(r.micro_update)
-    layer = train_layer_bytes_per_token(s) * t_up / GIB
+    layer = 2 * (2 * s.q + 2 * s.kv + 6 * s.hidden + 5 * s.intermediate) * t_up / GIB
     if r.gradient_checkpointing:
         inputs = s.layers * t_up * s.hidden * 2 / GIB
         kept_part = ("checkpointed layer inputs", inputs, f"{s.layers} layers x {t_up} tokens x {s.hidden} x 2 B")
@@ -610,59 +612,3 @@ def budget_from_recipe(recipe: str | Path, overrides: list[str] | None, gpu: Gpu
                        servers: ServerPlan | None = None) -> GpuBudget:  # fmt: skip
     """:func:`estimate` for a recipe file and its overrides."""
     return estimate(read_recipe(recipe, overrides, world), gpu, servers)
-
-
-# --------------------------------------------------------------------------------------------- command line
-def render(b: GpuBudget, file=None) -> None:
-    """The rich table: one block of rows per phase and GPU, its total against the GPU."""
-    from rich.console import Console
-    from rich.table import Table
-
-    r = b.recipe
-    t = Table(title=f"GPU memory: {r.model} on {r.world} x {b.gpu.name} trainer GPU(s) ({b.gpu.gib:.1f} GiB, "
-              f"{b.gpu.nominal} nominal)", title_justify="left")  # fmt: skip
-    for col in ("GPU", "phase", "part", "GiB", "why"):
-        t.add_column(col, justify="right" if col == "GiB" else "left")
-    for p in b.phases:
-        for name, g, why in p.parts:
-            t.add_row(p.gpu, p.phase, name, f"{g:.1f}", why)
-        verdict = "[green]fits[/green]" if p.fits else "[red]does not fit[/red]"
-        t.add_row(p.gpu, p.phase, f"[bold]total[/bold] ({verdict})", f"[bold]{p.need_gib:.1f}[/bold]",
-                  f"of {p.capacity_gib:.1f} GiB: {p.capacity_gib - p.need_gib:+.1f} GiB left", end_section=True)  # fmt: skip
-    console = Console(file=file or sys.stdout, width=160)
-    console.print(t)
-    for n in b.notes:
-        console.print(f"note: {n}", highlight=False)
-    console.print(f"vLLM KV cache: {b.kv_gib:.1f} GiB = {b.kv_tokens} tokens; {b.groups():.1f} groups of {r.n} in "
-                  f"flight at {r.prompt}-token prompts", highlight=False)  # fmt: skip
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``gpu`` sub-command's options (``python -m launch.budget gpu``)."""
-    d = ServerPlan()
-    p.add_argument("--recipe", required=True, help="EasyR1 recipe YAML (e.g. recipes/qwen3vl_8b_grpo.yaml)")
-    p.add_argument("--gpu", required=True, help=f"the GPU kind: {', '.join(GPUS)}")
-    p.add_argument("--train-gpus", type=positive_int, help="trainer GPUs in all (default: the recipe's "
-                   "trainer.n_gpus_per_node x trainer.nnodes)")  # fmt: skip
-    for flag, who, default in (("judge", "judge", d.judge_util), ("embed", "embedder", d.embed_util)):
-        help = f"the {who}'s vLLM share (QUOTECITE_{flag.upper()}_GPU_UTIL; default {default:g})"
-        p.add_argument(f"--{flag}-util", type=bounded_float(0.01, 1.0), default=default, help=help)
-    p.add_argument("--serve-gpus", type=positive_int, default=1, help="GPUs of the servers (QUOTECITE_SERVE_GPUS)")
-    p.add_argument("--judge-replicas", type=positive_int, default=1, help="judge servers (QUOTECITE_JUDGE_REPLICAS)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("overrides", nargs="*", help="EasyR1 key=value overrides, as the launch passes them")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Print the budget; exit 3 with one ``error:`` line when a phase cannot fit."""
-    servers = ServerPlan(judge_util=args.judge_util, embed_util=args.embed_util, serve_gpus=args.serve_gpus,
-                         judge_replicas=min(args.judge_replicas, args.serve_gpus))  # fmt: skip
-    b = budget_from_recipe(args.recipe, args.overrides, find_gpu(args.gpu), args.train_gpus, servers)
-    if args.json:
-        print(json.dumps(b.to_json(), indent=1))
-    else:
-        render(b)
-    if why := b.refusal():
-        print(f"error: {why}", file=sys.stderr)
-        return 3
-    return 0

@@ -1,13 +1,12 @@
 """EasyR1's checkpoints in a run: which step folder is complete, where to resume, repairing a torn save.
 
-EasyR1 at b44b311 (``RayPPOTrainer._save_checkpoint``) prunes old checkpoints (``save_limit``) first, then writes
-``global_step_N/actor/`` (the shards, rank 0 adds ``huggingface/`` and with LoRA ``lora_adapter/``), then
-``dataloader.pt``, and only then rewrites ``checkpoint_tracker.json`` (plain ``open("w")``). Its
-``find_latest_ckpt`` trusts the tracker alone: a missing folder means step 0, a torn tracker a failed ``json.load``.
-So the tracker is the commit point: :func:`find_resume_point` takes the tracker's step when that folder passes
-:func:`check_step_dir`, else the newest older one that does; a torn tracker was being rewritten after its folder was
-finished, so the newest passing folder counts; no tracker, nothing counts. :func:`repair_checkpoints` rewrites the
-tracker to that step and moves newer folders to ``incomplete/``, so EasyR1 resumes from the same step.
+EasyR1 at b44b311 (``RayPPOTrainer._save_checkpoint``) prunes old checkpoints (``save_limit``), writes
+``global_step_N/actor/`` (shards; ``huggingface/``, with LoRA ``lora_adapter/``), ``dataloader.pt``, and only then
+rewrites ``checkpoint_tracker.json`` (plain ``open("w")``); its ``find_latest_ckpt`` trusts the tracker alone (a
+missing folder means step 0, a torn tracker a failed ``json.load``). So the tracker is the commit point:
+:func:`find_resume_point` takes the tracker's step when that folder passes :func:`check_step_dir`, else the newest
+older one that does; a torn tracker was cut off after its folder was finished, so the newest passing folder counts;
+no tracker, nothing counts.
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ def step_dirs(ckpt_dir: Path) -> dict[int, Path]:
 
 
 def check_step_dir(path: Path, require_lora: bool = True) -> str:
-    """Why the step folder ``path`` is not a complete EasyR1 checkpoint (model, optimizer and extra-state shards of
-    every rank of one world size, the LoRA adapter when ``require_lora``, ``dataloader.pt``; none empty); ``""``
-    when it is."""
+    """Why ``path`` is not a complete checkpoint (model, optim and extra_state shards of every rank of one world size,
+    the LoRA adapter when ``require_lora``, ``dataloader.pt``; none empty); ``""`` when it is."""
     actor = path / "actor"
     if not actor.is_dir():
         return "no actor/ folder"
@@ -119,13 +117,13 @@ def repair_checkpoints(ckpt_dir: Path, tag: str, require_lora: bool = True) -> R
     for step in rp.incomplete:
         (ckpt_dir / INCOMPLETE_DIR).mkdir(exist_ok=True)
         os.replace(ckpt_dir / f"global_step_{step}", ckpt_dir / INCOMPLETE_DIR / f"global_step_{step}.{tag}")
-    tracker, _ = read_tracker(ckpt_dir)
     tracker_path = ckpt_dir / CHECKPOINT_TRACKER
     if rp.step == 0:
         if tracker_path.exists():
             (ckpt_dir / INCOMPLETE_DIR).mkdir(exist_ok=True)
             os.replace(tracker_path, ckpt_dir / INCOMPLETE_DIR / f"{CHECKPOINT_TRACKER}.{tag}")
-    elif tracker is None or int(tracker["last_global_step"]) != rp.step:
+    elif rp.tracker_step != rp.step:
+        tracker, _ = read_tracker(ckpt_dir)
         info = {"best_val_reward_score": 0.0, **(tracker or {}), "last_global_step": rp.step}
         info["best_global_step"] = min(int(info.get("best_global_step", rp.step)), rp.step)
         info["last_actor_path"] = str((rp.path / "actor").resolve())

@@ -10,23 +10,19 @@
 #SBATCH --requeue
 #SBATCH --output=%x-%j.out
 # --- help ---
-# Evaluate the trained LoRA adapter against the base model on the CiteVQA gold file, on the training job's
-# allocation pattern: GPU 2 serves the judge and the quote embedder, GPU 0 runs `eval infer` for the base model
-# and GPU 1 for base + adapter (in parallel), then `eval resolve` (quotes -> blocks, through the embedder) and
-# `eval score` (box metrics + judge metrics) for both. `eval infer` appends to its predictions and skips questions
-# already answered, so a requeued job continues.
+# Evaluate the trained LoRA adapter against the base model on the CiteVQA gold file: GPU 0 runs `eval infer` for
+# the base model and GPU 1 for base + adapter (in parallel), GPU 2 serves the judge and the quote embedder for
+# `eval resolve` (quotes -> blocks) and `eval score` of both. `eval infer` skips questions already answered, so a
+# requeued job continues.
 #
 #   sbatch launch/eval_8b.sh                 # from the repository root
 #   bash launch/eval_8b.sh --dry-run         # print every command and the GPU split; runs nothing
 #
-# Array mode (QUOTECITE_EVAL_SHARDS=N; docs/cluster.md, "Job arrays (data prep and evaluation)"): on a login node the
-# script submits an array of N inference tasks (--array=1-N, 2 GPUs each; task I runs both inferences on shard I/N of
-# the gold questions into BASE/predictions.shard-I-of-N.jsonl and LORA/...), then one scoring job
-# (--dependency=afterok, 1 GPU; cancelled if a task fails) that merges the shards (failing when a question is missing)
-# and resolves and scores as above. Rerunning the script after a failed task redoes only unanswered questions;
-# QUOTECITE_EVAL_TASKS resubmits only some task ids.
-#   QUOTECITE_EVAL_SHARDS=8 bash launch/eval_8b.sh             # submits the array and the scoring job
-#   QUOTECITE_EVAL_SHARDS=8 bash launch/eval_8b.sh --dry-run   # the plan: shards, every task's commands
+# Array mode (QUOTECITE_EVAL_SHARDS=N; docs/cluster.md, "Job arrays (data prep and evaluation)"): from a login node,
+# N inference tasks (2 GPUs each; task I answers shard I/N of the questions), then one scoring job after them (1 GPU;
+# cancelled if a task fails) that merges the shards and resolves and scores as above. A rerun redoes only unanswered
+# questions; QUOTECITE_EVAL_TASKS resubmits only some task ids.
+#   QUOTECITE_EVAL_SHARDS=8 bash launch/eval_8b.sh [--dry-run]   # submit the array and the scoring job, or plan them
 # --- end help ---
 QC_SCRIPT=$(realpath "$0")  # --help prints the block above from the file run
 # --- repository: the same block in every launch script (tests/launch/test_launch_help.py checks it) ---

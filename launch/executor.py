@@ -119,15 +119,14 @@ class Executor:
         """A comment: logged by the job, printed (``# ...``) by the dry run."""
         self.log(text)
 
-    def call(self, name: str, text: str, fn: Callable[[], Any], dry_result: Any = None) -> Any:
+    def call(self, name: str, text: str, fn: Callable[[], Any], dry_result: Any = None, kind: str = "call") -> Any:
         """``fn()``; the dry run returns ``dry_result`` instead."""
-        self._record(Step("call", name, text=text))
+        self._record(Step(kind, name, text=text))
         return dry_result if self.dry else fn()
 
     def wait(self, name: str, text: str, fn: Callable[[], Any], dry_result: Any = None) -> Any:
-        """``fn()``, which waits for a condition; the dry run returns ``dry_result`` instead."""
-        self._record(Step("wait", name, text=text))
-        return dry_result if self.dry else fn()
+        """:meth:`call` of a ``fn`` that waits for a condition."""
+        return self.call(name, text, fn, dry_result, "wait")
 
     def run(self, step: Step, timeout: float | None = None, env: dict[str, str] | None = None) -> tuple[int, str]:
         """Run to the end; (exit status, stdout). ``env`` replaces the job's environment as the base."""

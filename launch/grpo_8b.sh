@@ -14,9 +14,7 @@
 #
 #   python -m launch.setup setup && python -m launch.setup fetch-models   # once, on a login node: venvs, weights
 #   sbatch launch/grpo_8b.sh [key=value ...]                 # from the repository root; args: EasyR1 overrides
-#   sbatch --nodes=3 --gpus-per-node=1 -p gpu -A lab launch/grpo_8b.sh   # any allocation with enough GPUs
 #   bash launch/grpo_8b.sh --dry-run [key=value ...]          # every step of this job, printed; runs nothing
-#   bash launch/grpo_8b.sh --help | --settings                # every setting / their resolved values
 #   sbatch launch/grpo_8b.sh --smoke                          # first GPU day: 2 steps, eval infer, measured vs budget
 #
 # --mem: `python -m launch.budget memory --recipe recipes/qwen3vl_8b_grpo.yaml data.val_batch_size=32` (rank 0 loads

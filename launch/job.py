@@ -1,19 +1,12 @@
-"""The GRPO training job: one Slurm job of a chain, whose dry run is the job itself (docs/cluster.md).
+"""The GRPO training job: one Slurm job of a chain, a state machine (:data:`State`, one ``Job.state_*`` method each)
+whose dry run is the job itself with the printing executor (docs/cluster.md). Its last action continues the chain: a
+``scontrol requeue`` of itself, whose SIGTERM it ignores; any other SIGTERM stops everything and records the segment.
 
-``sbatch launch/grpo_8b.sh`` runs ``python -m launch.job``; ``--dry-run`` runs the same code with the printing
-executor (:mod:`launch.executor`). The job is a state machine (:data:`State`, one ``Job.state_*`` method each):
-prepare, serve, Ray (several trainer nodes), check, train, end, restart (after a server outage), finish, chain (a
-``scontrol requeue`` of this same job, its last action). SIGTERM stops everything and records the segment as
-``terminated``; Slurm requeues the job or not. The one SIGTERM the job expects, its own requeue's, is ignored.
-
-Measured on Slurm 22.05.8 (by hand and ``tests/launch/test_launch.py``): only the job's owner may requeue it; a job
-with ``Requeue=0`` is refused ("Requested operation is presently disabled for job N", exit 1). Slurm answers in about
-35 ms with SIGCONT and SIGTERM to every process of the job (SIGKILL after ``KillWait``) and writes "*** JOB N ON node
-CANCELLED ... DUE TO JOB REQUEUE ***" to the output file. The job then pends (reason ``BeginTime``) until
-``cred_expire`` + 1 s (121 s) after its last process ended, with its SubmitTime reset; the next run keeps the id, has
-``SLURM_RESTART_COUNT`` = 1, 2, ... and its ``--signal`` re-armed. No requeue limit was met (6 in a row; 22.05 has no
-``MaxBatchRequeue``). So what is keyed by the job id is distinct per run (segments ``JOBID-N``) or meant to be shared
-(``logs/steps-JOBID.jsonl``, the output file, ``/tmp/qcray-JOBID`` and Ray's ports, the smoke folder).
+Measured on Slurm 22.05.8 (``tests/launch/test_launch.py``): only the job's owner may requeue it, never a job with
+``Requeue=0`` ("Requested operation is presently disabled for job N"). Slurm sends SIGCONT and SIGTERM to every process
+within ~35 ms; the job pends (``BeginTime``) until ``cred_expire`` + 1 s (121 s) after its last process ended, then
+runs again with the same id and ``--signal`` re-armed (no requeue limit met in 6). So what is keyed by the job id is
+per run (segments ``JOBID-N``) or shared on purpose (``logs/steps-JOBID.jsonl``, ``/tmp/qcray-JOBID``, Ray's ports).
 """
 
 from __future__ import annotations
@@ -33,28 +26,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from launch import budget, budget_gpu, preflight, serving, settings, smoke
+from launch import budget, budget_gpu, preflight, runlog, serving, settings, setup, smoke
 from launch.checkpoints import find_resume_point
 from launch.executor import Executor, JobStepError, PrintingExecutor, Proc, Step
 from launch.layout import LayoutError, device_ids, plan_from_env, position_ranges
 from launch.run_files import RunError
 from launch.run_manifest import load_recipe, parse_overrides, recipe_value
-from launch.runlog import (
-    End,
-    Start,
-    finish,
-    last_step,
-    logged_step,
-    plan_run,
-    prepare,
-    read_no_group_kept,
-    read_outage,
-    record_restart,
-)
 from launch.segments import load_segments
 from launch.serving import WRAP_GRACE_S, NotHealthy, no_proxy_env, read_port, server_argv, wait_healthy
 from reward.train import slurm_cpus
@@ -126,15 +108,7 @@ _OVERRIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)=(
 
 
 def check_overrides(args: list[str]) -> list[str]:
-    """The job's EasyR1 overrides, each ``key=value`` with a dotted key, none of :data:`LAUNCH_SETS`, no key twice.
-
-    >>> check_overrides(["worker.rollout.n=5", "algorithm.kl_coef=0.01"])
-    ['worker.rollout.n=5', 'algorithm.kl_coef=0.01']
-    >>> check_overrides(["trainer.max_steps=5"])
-    Traceback (most recent call last):
-    ...
-    core.errors.InputError: EasyR1 override trainer.max_steps=5: the launch sets trainer.max_steps itself; use QUOTECITE_MAX_STEPS
-    """
+    """The job's EasyR1 overrides, each ``key=value`` with a dotted key, none of :data:`LAUNCH_SETS`, no key twice."""
     seen: dict[str, str] = {}
     for a in args:
         m = _OVERRIDE.fullmatch(a)
@@ -150,17 +124,9 @@ def check_overrides(args: list[str]) -> list[str]:
 
 
 def _active_nodes(status_out: str) -> int:
-    """Active nodes in ``ray status`` output."""
-    n, active = 0, False
-    for line in status_out.splitlines():
-        if line.startswith("Active:"):
-            active = True
-            continue
-        if line[:1].isupper():
-            active = False
-        if active and "node_" in line:
-            n += 1
-    return n
+    """Active nodes in ``ray status`` output: the lines of its ``Active:`` section."""
+    m = re.search(r"^Active:$(.*?)(?=^[A-Z]|\Z)", status_out, re.M | re.S)
+    return m.group(1).count("node_") if m else 0
 
 
 def _job_id(environ, dry: bool) -> str:
@@ -175,10 +141,9 @@ class Job:
         self.probe = probe or preflight.Probe()  # what the pre-flight checks read from the node (tests give theirs)
         self.args = check_overrides(list(args))
         self.job_id = _job_id(environ, ex.dry)
-        self.in_slurm = bool(environ.get("SLURM_JOB_ID"))
         self.run_dir = Path(s.run.run_dir).resolve()
         self.recipe = Path(s.run.recipe).resolve()
-        self.stop_requested = self.stop_handled = self.terminating = self.checked = False
+        self.stop_requested = self.terminating = self.checked = False
         self.restarts = self.server_restarts = self.exit_code = 0
         self.segment, self.segment_dir = "", self.run_dir / "segments" / "JOBID-N"
         self.ray_tmp = str(s.ray.ray_tmpdir or f"/tmp/qcray-{self.job_id}")
@@ -186,41 +151,26 @@ class Job:
         self.check: Proc | None = None
         self.ray_procs: list[tuple[str, Proc]] = []
         self.ray_address = ""
-        self.decision: End | None = None
-        if not ex.dry:
+        self.decision: runlog.End | None = None
+        if not ex.dry:  # a note is then a line of the job's log
             ex.log = self.log
         self._plan()
 
     # ------------------------------------------------------------------------------------------------ planning
     def _plan(self) -> None:
-        s, env = self.s, self.environ
+        """Everything the job decides before it starts anything: its programs, placement, run plan, overrides and
+        servers; the pre-flight checks' notes are header lines (:meth:`_preflight`, :meth:`_budgets`)."""
+        s, lay = self.s, self.s.layout
         self.software = self._software()
         try:
-            lay = s.layout
             self.alloc, self.layout = plan_from_env(
-                env, None, lay.serve_gpus, lay.judge_replicas, lay.train_gpus_per_node, lay.node_gpus
+                self.environ, None, lay.serve_gpus, lay.judge_replicas, lay.train_gpus_per_node, lay.node_gpus
             )
         except LayoutError as e:
             raise InputError(str(e)) from None
         self.first, self.multi = self.layout.nodes[0], self.layout.multi_node
-        # pre-flight (launch/preflight.py): node addresses, NCCL/Gloo, Ray's ports, wandb; each a header line
-        self.preflight_notes: list[str] = []
-        self.addresses: dict[str, preflight.NodeAddress] = {}
-        if self.multi:  # a name /etc/hosts maps to loopback is never what other nodes reach
-            here = preflight.this_node(env)
-            self.addresses = preflight.node_addresses(self.layout.nodes, here, s.layout.node_addresses, self.probe)
-            self.preflight_notes += [f"node address    {a.note}" for a in self.addresses.values() if a.note]
-        self.net_env = preflight.network_env(env)
-        self.preflight_notes.append(preflight.network_note(self.net_env, self.multi))
-        self.ray_ports: preflight.RayPorts | None = None
-        if self.layout.ray:  # checked free when the job runs (on the head node: here); a dry run only derives them
-            self.ray_ports = preflight.ray_ports(self.job_id, None if self.ex.dry else self.probe.port_free)
-            self.preflight_notes.append(self.ray_ports.describe())
-        if not self.ex.dry:  # every process of the job inherits it: the servers are reached directly, never by proxy
-            hosts = [*self.layout.nodes, *(a.host for a in self.addresses.values() if a.host not in self.layout.nodes)]
-            os.environ.update(no_proxy_env(hosts, os.environ))
-        self._plan_run()
         self.trainer_gpus = ",".join(device_ids(self.layout.train_positions, self.alloc.devices, self.first))
+        self._plan_run()
         over = [
             f"config={self.recipe}",
             f"trainer.nnodes={len(self.layout.trainer_nodes)}",
@@ -235,24 +185,41 @@ class Job:
         self.overrides = [o for o in over if o]
         self.fit_at = len(self.overrides)  # where the job's own fitted overrides go (before the user's)
         self.overrides += [*self.args, *self.p.path_overrides]
+        stalled = s.chain.max_stalled_jobs  # what runlog's prepare() and finish() both take:
+        self.runlog_kw = {"max_steps": self.max_steps, "max_stalled": stalled, "require_lora": self.p.require_lora}
+        self.cpus = srun_cpus(self.environ)
+        self.preflight_notes: list[str] = []
+        self._preflight()
+        self._budgets()
+        self.servers = self._server_table()
+
+    def _preflight(self) -> None:
+        """:mod:`launch.preflight`'s checks of the nodes: their addresses, NCCL/Gloo, Ray's ports, wandb, Slurm."""
+        lay, env, notes = self.layout, self.environ, self.preflight_notes
+        self.addresses: dict[str, preflight.NodeAddress] = {}
+        if self.multi:  # a name /etc/hosts maps to loopback is never what other nodes reach
+            here = preflight.this_node(env)
+            self.addresses = preflight.node_addresses(lay.nodes, here, self.s.layout.node_addresses, self.probe)
+            notes += [f"node address    {a.note}" for a in self.addresses.values() if a.note]
+        self.net_env = preflight.network_env(env)
+        notes.append(preflight.network_note(self.net_env, self.multi))
+        self.ray_ports: preflight.RayPorts | None = None
+        if lay.ray:  # checked free when the job runs (on the head node: here); a dry run only derives them
+            self.ray_ports = preflight.ray_ports(self.job_id, None if self.ex.dry else self.probe.port_free)
+            notes.append(self.ray_ports.describe())
+        if not self.ex.dry:  # every process of the job inherits it: the servers are reached directly, never by proxy
+            hosts = [*lay.nodes, *(a.host for a in self.addresses.values() if a.host not in lay.nodes)]
+            os.environ.update(no_proxy_env(hosts, os.environ))
         loggers = preflight.recipe_loggers(self.recipe, self.overrides[1:])
         self.wandb_env, wandb_note = preflight.wandb_env(self.run_dir, loggers, env)  # one wandb run per run folder
-        self.preflight_notes += [wandb_note] if wandb_note else []
-        self._fit_overrides()
-        self.servers = self._server_table()
-        stalled = self.s.chain.max_stalled_jobs  # what runlog's prepare() and finish() both take:
-        self.runlog_kw = {"max_steps": self.max_steps, "max_stalled": stalled, "require_lora": self.p.require_lora}
-        self.cpus = srun_cpus(env)
+        notes.append(wandb_note)
         # Slurm before 22.05 cannot run two srun --overlap steps on one node (issue 31, finding 4)
         steps: dict[str, list[str]] = {}
-        for srv in self.servers:
-            if srv.node != self.first:
-                steps.setdefault(srv.node, []).append(srv.name)
-        if self.layout.ray:
-            for i, node in enumerate(self.layout.trainer_nodes[1:], 1):
-                steps.setdefault(node, []).append(f"ray_{i}")
-        slurm_note = preflight.check_step_sharing(steps, self.probe)
-        self.preflight_notes += [slurm_note] if slurm_note else []
+        ray = [(f"ray_{i}", node) for i, node in enumerate(lay.trainer_nodes[1:], 1)] if lay.ray else []
+        for name, node in [*((name, node) for name, node, _ in lay.server_gpus()), *ray]:
+            if node != self.first:
+                steps.setdefault(node, []).append(name)
+        notes.append(preflight.check_step_sharing(steps, self.probe))
 
     def _plan_run(self) -> None:
         """``self.p`` and ``self.max_steps``; a dry run may plan without the training data (nothing else may)."""
@@ -261,7 +228,7 @@ class Job:
 
         def plan(max_steps: str, files: str):
             try:
-                return plan_run(self.recipe, max_steps, files, REPO, self.args)
+                return runlog.plan_run(self.recipe, max_steps, files, REPO, self.args)
             except (RunError, InputError, OSError) as e:
                 raise InputError(f"cannot plan the run from {self.recipe}: {e}") from None
 
@@ -274,15 +241,16 @@ class Job:
             self.p = replace(plan("0", ""), max_steps_from="")
             self.max_steps = "<from the data at run time>"
 
-    def _fit_overrides(self) -> None:
-        """Issue 31, findings 2, 5, 6: ``trainer.save_freq`` lowered to fit the stop grace, ``data.val_batch_size``
-        bounded (each unless the user set it; :mod:`launch.budget`); host memory against ``--mem`` (refused when the
-        peak cannot fit) and the disk quota."""
-        user = parse_overrides(self.args)
+    def _budgets(self) -> None:
+        """Issue 31, findings 2, 5, 6 (:mod:`launch.budget`, :mod:`launch.budget_gpu`): ``trainer.save_freq`` lowered
+        to fit the stop grace and ``data.val_batch_size`` bounded (each unless the user set it); host memory against
+        ``--mem`` and every phase of the recipe against the GPU kind (refused when it cannot fit; an unknown model or
+        GPU skips, saying so); the disk quota."""
+        notes, user, lay = self.preflight_notes, parse_overrides(self.args), self.layout
         try:
             recipe = load_recipe(self.recipe)
         except (InputError, RunError, OSError, ValueError) as e:
-            self.preflight_notes.append(f"save_freq, validation batch and host memory not checked: {e}")
+            notes.append(f"save_freq, validation batch, host and GPU memory not checked: {e}")
             return
         given = parse_overrides(self.overrides[1:])
 
@@ -298,21 +266,41 @@ class Job:
         fitted = [o for o in (sf.override, vb) if o]
         self.overrides[self.fit_at : self.fit_at] = fitted
         self.fit_at += len(fitted)
-        self.preflight_notes += [n for n in (sf.note, vb_note) if n]
-        lay = self.layout
-        judges = sum(1 for node, _ in lay.judges if node == self.first)
+        notes += [sf.note, vb_note]
         over = [o for o in self.overrides[1:] if not o.startswith("trainer.max_steps=")]  # not known in a dry run
+        gpus, nnodes = lay.train_gpus_per_node, len(lay.trainer_nodes)
         try:
-            gpus, nnodes = lay.train_gpus_per_node, len(lay.trainer_nodes)
+            judges = sum(1 for node, _ in lay.judges if node == self.first)
             plan = budget.plan_from_recipe(self.recipe, over, None, gpus, nnodes, judge_replicas=judges)
         except InputError as e:  # a model whose size is unknown: say so, do not stop the run for it
-            self.preflight_notes.append(f"host memory     budget skipped: {e}")
+            notes.append(f"host memory     budget skipped: {e}")
         else:
             level, message = budget.check_host_memory(plan.estimate, budget.job_memory_mib(self.environ))
             if level == "refuse":
                 raise InputError(f"not enough host memory for the job: {message}")
-            self.preflight_notes.append(f"host memory     {'warning: ' if level == 'warn' else ''}{message}")
-        self.preflight_notes.append(f"disk quota      {budget.read_quota(self.run_dir).note}")
+            notes.append(f"host memory     {'warning: ' if level == 'warn' else ''}{message}")
+        gpu, source = budget_gpu.gpu_from_slurm(self.environ)  # gpu:h200:3, else what the driver lists
+        if gpu is None:
+            gpu, driver = budget_gpu.gpu_from_driver()
+            source = driver if gpu else f"{source}; {driver}"
+        m, sv, serve_gpus = self.s.models, self.s.servers, len({(node, pos) for _, node, pos in lay.server_gpus()})
+        servers = budget_gpu.ServerPlan(
+            m.judge_model, m.embed_model, sv.judge_gpu_util, sv.embed_gpu_util, serve_gpus, len(lay.judges)
+        )
+        try:
+            if gpu is None:
+                raise InputError(source)
+            b = budget_gpu.budget_from_recipe(self.recipe, self.overrides[1:], gpu, gpus * nnodes, servers)
+        except InputError as e:
+            notes.append(f"GPU memory budget skipped: {e}")
+        else:
+            if b.refusal():
+                raise InputError(
+                    f"the recipe cannot fit the GPUs ({source}; python -m launch.budget gpu --gpu ... shows the "
+                    f"parts): {b.refusal()}"
+                )
+            notes.append(f"GPU memory budget ({source}): {b.summary()}")
+        notes.append(f"disk quota      {budget.read_quota(self.run_dir).note}")
 
     def _resume_overrides(self, resume_step: int) -> None:
         """A resumed job passes ``trainer.val_before_train=false`` (the validation ran when the run started), unless
@@ -322,30 +310,24 @@ class Job:
             return
         if resume_step > 0 and off not in self.overrides:
             self.overrides.insert(self.fit_at, off)
-            msg = f"resuming from step {resume_step}: {off} (validation before training ran when the run started)"
-            self.ex.note(msg)
-            self.log(msg)
+            self.ex.note(
+                f"resuming from step {resume_step}: {off} (validation before training ran when the run started)"
+            )
         elif resume_step <= 0 and off in self.overrides:
             self.overrides.remove(off)
 
     def _software(self) -> dict[str, Any]:
-        """The programs of the job (the trainer's python, the servers' ``vllm``, Ray) and the manifest's versions."""
+        """The programs of the job (the trainer's python, the servers' ``vllm``, Ray) and the manifest's versions:
+        :func:`launch.setup.job_env`, whose environment (HF_HOME, offline) the job takes on with its set-up."""
         s = self.s
-        if s.software.env_setup:
-            from launch import setup
-
-            problems = [] if self.ex.dry else setup.readiness(REPO, self.environ)
-            if problems:
-                raise InputError(
-                    "the job's software or models are not set up (nothing was started):\n  " + "\n  ".join(problems)
-                )
-            sw = setup.job_env(REPO, self.environ)
-            ray = [str(Path(sw["trainer_python"]).parent / "ray")]
-        else:
-            sw = dict(trainer_python="python3", server_vllm="vllm", vllm_trainer="unknown", vllm_server="unknown")
-            sw["easyr1_commit"] = s.software.easyr1_commit or "unknown (QUOTECITE_ENV_SETUP=0)"
-            ray = ["ray"]
-        sw.setdefault("env", {})
+        problems = [] if self.ex.dry or not s.software.env_setup else setup.readiness(REPO, self.environ)
+        if problems:
+            raise InputError(
+                "the job's software or models are not set up (nothing was started):\n  " + "\n  ".join(problems)
+            )
+        sw = setup.job_env(REPO, self.environ)  # QUOTECITE_ENV_SETUP=0: python3, vllm and ray on PATH
+        if not s.software.env_setup:
+            sw["env"] = {}
         py = s.run.python or str(REPO / ".venv" / "bin" / "python")
         sw["launch_python"] = py if Path(py).exists() or s.run.python else sys.executable
         # reward.train: EasyR1's verl.trainer.main, its wandb run also given the reward's samples
@@ -355,7 +337,8 @@ class Job:
         serve = [sw["server_vllm"], "serve"]
         sw["judge_cmd"] = list(s.servers.judge_cmd or []) or serve
         sw["embed_cmd"] = list(s.servers.embed_cmd or []) or serve
-        sw["ray"] = list(s.ray.ray_cmd or []) or ray
+        ray = str(Path(sw["trainer_python"]).parent / "ray") if s.software.env_setup else "ray"
+        sw["ray"] = list(s.ray.ray_cmd or []) or [ray]
         return sw
 
     def _server_table(self) -> list[Server]:
@@ -395,6 +378,8 @@ class Job:
         wrap = [self.software["launch_python"], str(REPO / "launch" / "layout.py"), "run", "--gpus", gpus]
         wrap += ["--grace", str(WRAP_GRACE_S)]
         if port:
+            if not self.ex.dry:
+                port[0].unlink(missing_ok=True)
             wrap += ["--port-file", str(port[0]), "--bind-host", port[1]]
             wrap += ["--prefer-port", str(port[2])] if port[2] else []
         wrap += ["--", *argv]
@@ -439,6 +424,10 @@ class Job:
             for sig in SIGNALS:
                 signal.signal(sig, self._on_usr1 if sig == signal.SIGUSR1 else self._on_term)
         self.header()
+        # before any server starts: the NVIDIA driver against the server venv's CUDA, and a C compiler for Triton
+        torch_server = str(self.software.get("torch_server", "unknown"))
+        for line in preflight.check_toolchain(self.environ, torch_server, self.s.software.env_setup, self.probe):
+            self.ex.note(line)
         state = State.PREPARE
         try:
             while state not in (State.DONE, State.STOP):
@@ -481,9 +470,9 @@ class Job:
         else:
             nnodes, trainers = len(lay.trainer_nodes), " ".join(lay.trainer_nodes)
             positions = ",".join(map(str, lay.train_positions))
-            workers = " ".join(lay.trainer_nodes[1:])
             ray = "none (one trainer node: EasyR1 starts its own)"
             if lay.ray:
+                workers = " ".join(lay.trainer_nodes[1:])
                 ray = f"head on {lay.trainer_nodes[0]}, workers on {workers}; the trainer runs with RAY_ADDRESS=<head>"
             lines += [
                 f"nodes           {len(lay.nodes)}: {' '.join(lay.nodes)} (GPUs per node: "
@@ -498,44 +487,30 @@ class Job:
         chain = "scontrol requeue of this job" if s.chain.chain else "off (QUOTECITE_CHAIN=0)"
         run_n = int(self.environ.get("SLURM_RESTART_COUNT") or 0) + 1
         lines += [
-            *self.preflight_notes,
+            *filter(None, self.preflight_notes),
             f"judge           {s.models.judge_model} at {self.url('judge')}",
             f"embedder        {s.models.embed_model} at {self.url('embed')}",
             f"stop on USR1    {s.run.trainer_stop} (grace {s.run.stop_grace:g}s); chain: {chain}, stop after "
             f"{s.chain.max_stalled_jobs} jobs without progress; this is run {run_n} of job {self.job_id}",
+            f"restarts        at most {s.servers.max_server_restarts} of a dead judge or embedder, "
+            f"{s.run.max_restarts} of the trainer after a server outage (in a new segment), in this job",
         ]
         for line in lines:
-            (self.ex.note if self.ex.dry else self.log)(line)
+            self.ex.note(line)
 
     def state_prepare(self) -> State:
-        if not self.ex.dry and not isinstance(self.max_steps, int):
-            raise JobError(f"max_steps {self.max_steps!r} is not a number")
-        if self.restarts == 0:  # before any server starts: the GPU memory budget, the NVIDIA driver and C compiler
-            self._gpu_budget()
-            torch_server = str(self.software.get("torch_server", "unknown"))
-            env_setup = bool(self.s.software.env_setup)
-            for line in preflight.check_toolchain(self.environ, torch_server, env_setup, self.probe):
-                self.ex.note(line)
-        sw, s = self.software, self.s
-        models = {"policy": self.p.policy_model, "judge": s.models.judge_model, "embedder": s.models.embed_model}
-
-        def do() -> Start:
-            return prepare(
-                self.run_dir,
-                self.job_id,
-                repo=REPO,
-                recipe=self.recipe,
-                models=models,
-                allow_recipe_change=bool(s.run.allow_recipe_change),
-                job_extra={"allocation": self.alloc.source, "nodes": self.layout.nodes},
-                **{k: sw[k] for k in ("easyr1_commit", "vllm_trainer", "vllm_server")},
-                **self.runlog_kw,
-            )
-
+        sw, m = self.software, self.s.models
+        kw = {k: sw[k] for k in ("easyr1_commit", "vllm_trainer", "vllm_server")}  # for manifest.json
+        kw["models"] = {"policy": self.p.policy_model, "judge": m.judge_model, "embedder": m.embed_model}
+        kw["job_extra"] = {"allocation": self.alloc.source, "nodes": self.layout.nodes}
+        kw.update(repo=REPO, recipe=self.recipe, allow_recipe_change=bool(self.s.run.allow_recipe_change))
+        do = partial(runlog.prepare, self.run_dir, self.job_id, **kw, **self.runlog_kw)
         what = "repair the checkpoints, pick the resume step, open a segment RUN_DIR/segments/JOBID-N, update "
         dry = None
         if self.ex.dry:
-            dry = Start("run", "dry run", 0, self._dry_resume_step(), segment="JOBID-N", segment_dir=self.segment_dir)
+            dry = runlog.Start(
+                "run", "dry run", 0, self._dry_resume_step(), segment="JOBID-N", segment_dir=self.segment_dir
+            )
         d = self.ex.call("prepare", what + "manifest.json", do, dry_result=dry)
         if d.checkpoint_notes:
             self.log(f"checkpoints: {'; '.join(d.checkpoint_notes)}")
@@ -583,34 +558,6 @@ class Job:
             raise JobError(f"not enough disk for the run's checkpoints: {message}", final=True)
         self.log(("warning: " if level == "warn" else "") + f"checkpoint disk: {message}")
 
-    def _gpu_budget(self) -> None:
-        """Every phase of the recipe against the GPU kind Slurm names (``gpu:h200:3``), else the driver's; a phase
-        that cannot fit is an :class:`InputError` (dry run included); an unknown model or GPU skips, saying so."""
-        lay, s = self.layout, self.s
-        try:
-            world = lay.train_gpus_per_node * len(lay.trainer_nodes)
-            recipe = budget_gpu.read_recipe(self.recipe, self.overrides[1:], world)
-        except InputError as e:
-            self.ex.note(f"GPU memory budget skipped: {e}")
-            return
-        gpu, source = budget_gpu.gpu_from_slurm(self.environ)
-        if gpu is None:
-            gpu, driver = budget_gpu.gpu_from_driver()
-            if gpu is None:
-                self.ex.note(f"GPU memory budget skipped: {source}; {driver}")
-                return
-            source = driver
-        m, sv, serve_gpus = s.models, s.servers, len({(node, pos) for _, node, pos in lay.server_gpus()})
-        utils = (sv.judge_gpu_util, sv.embed_gpu_util)
-        servers = budget_gpu.ServerPlan(m.judge_model, m.embed_model, *utils, serve_gpus, len(lay.judges))
-        b = budget_gpu.estimate(recipe, gpu, servers)
-        if b.refusal():
-            raise InputError(
-                f"the recipe cannot fit the GPUs ({source}; python -m launch.budget gpu --gpu ... shows the parts): "
-                f"{b.refusal()}"
-            )
-        self.ex.note(f"GPU memory budget ({source}): {b.summary()}")
-
     def state_serve(self) -> State:
         where = "their nodes" if self.multi else "GPU " + self.servers[-1].device
         self.ex.note(f"servers on {where}, one after the other (vLLM sizes its memory from what is free)")
@@ -623,12 +570,9 @@ class Job:
         srv.log = self.segment_dir / f"{srv.name}.log"
         srv.port_file = self.segment_dir / f"{srv.name}.port"
         prefer, srv.port = srv.port or srv.preferred_port, 0
-        if not self.ex.dry:
-            srv.port_file.unlink(missing_ok=True)
         argv = server_argv(srv.role, self.s, srv.host, "{port}", self.software[f"{srv.role}_cmd"])
-        env = dict(self.software["env"])
         port = (srv.port_file, srv.host, prefer)
-        srv.proc = self.on_node(srv.name, srv.node, str(srv.position), argv, srv.log, env, port)
+        srv.proc = self.on_node(srv.name, srv.node, str(srv.position), argv, srv.log, dict(self.software["env"]), port)
 
         def health_url() -> str:
             srv.port = read_port(srv.port_file)
@@ -653,74 +597,63 @@ class Job:
     def state_ray(self) -> State:
         """A Ray cluster of this job's own, each node started with the trainer's environment: EasyR1's
         ``ray.init(runtime_env=...)`` forwards only its own variables to a reward actor on another node."""
-        lay, s = self.layout, self.s
-        ray, pos, gpus = self.software["ray"], ",".join(map(str, lay.train_positions)), str(lay.train_gpus_per_node)
-        head = lay.trainer_nodes[0]
-        head_addr = self.addresses[head].address
-        port_file = self.segment_dir / "ray.port"
-        if not self.ex.dry:
-            port_file.unlink(missing_ok=True)
+        lay, s, ray, timeout = self.layout, self.s, self.software["ray"], f"{self.s.ray.ray_timeout:g}s"
+        pos, gpus, head = ",".join(map(str, lay.train_positions)), str(lay.train_gpus_per_node), lay.trainer_nodes[0]
+        head_addr, port_file = self.addresses[head].address, self.segment_dir / "ray.port"
         self.ray_address = f"{head_addr}:{{port}}"
-        env = self.trainer_env()
-        env.pop("RAY_ADDRESS")
+        env = {k: v for k, v in self.trainer_env().items() if k != "RAY_ADDRESS"}
         self.ex.note(f"Ray cluster: head here ({head}), a worker on each other trainer node (srun steps, watched)")
         cpus = slurm_cpus(self.environ)  # Ray's worker pool sized by the job's CPUs, never the node's cores
-        cpu_args = ["--num-cpus", str(cpus)] if cpus else []
-        argv = [*ray, "start", "--head", "--block", "--node-ip-address", head_addr, "--port", "{port}"]
-        argv += ["--num-gpus", gpus, *cpu_args, "--include-dashboard=false", "--disable-usage-stats"]
-        argv += ["--temp-dir", self.ray_tmp, *(self.ray_ports.head_args() if self.ray_ports else [])]
-        head_log = self.segment_dir / f"ray-{head}.log"
-        port = (port_file, head_addr, s.ray.ray_port or 0)
+        each = ["--block", "--num-gpus", gpus, *(["--num-cpus", str(cpus)] if cpus else []), "--disable-usage-stats"]
+        argv = [*ray, "start", "--head", "--node-ip-address", head_addr, "--port", "{port}", *each]
+        argv += ["--include-dashboard=false", "--temp-dir", self.ray_tmp, *self.ray_ports.head_args()]
+        port, head_log = (port_file, head_addr, s.ray.ray_port or 0), self.segment_dir / f"ray-{head}.log"
         self.ray_procs = [(head, self.on_node("ray_0", head, pos, argv, head_log, env, port))]
-        timeout = f"{s.ray.ray_timeout:g}s"
 
-        def head_up() -> bool:
+        def head_up() -> str:
             port = read_port(port_file)
             if port and self._ray_status(f"{head_addr}:{port}")[0] == 0:
                 self.ray_address = f"{head_addr}:{port}"
-                return True
-            return False
+                return ""
+            return f"the Ray head on {head} did not answer within {timeout}; see its log {head_log}"
 
-        error = f"the Ray head on {head} did not answer within {timeout}; see its log {head_log}"
-        self._ray_wait("ray-head", "answers", head_up, lambda: error)
+        self._ray_wait("ray-head", "answers", head_up)
         for i, node in enumerate(lay.trainer_nodes[1:], 1):
             # no port block on worker nodes: nodes that share one host (a local Slurm, or two job steps on one
             # machine) would bind the same ports and time out at start; Ray picks free ones there
-            argv = [*ray, "start", "--address", self.ray_address, "--block"]
-            argv += ["--node-ip-address", self.addresses[node].address, "--num-gpus", gpus, *cpu_args]
-            argv += ["--disable-usage-stats"]
+            argv = [*ray, "start", "--address", self.ray_address, "--node-ip-address", self.addresses[node].address]
             log = self.segment_dir / f"ray-{node}.log"
-            self.ray_procs.append((node, self.on_node(f"ray_{i}", node, pos, argv, log, env)))
-        want, seen, nodes, logs = len(lay.trainer_nodes), [0], " ".join(lay.trainer_nodes), self.segment_dir
+            self.ray_procs.append((node, self.on_node(f"ray_{i}", node, pos, [*argv, *each], log, env)))
+        want, nodes = len(lay.trainer_nodes), " ".join(lay.trainer_nodes)
 
-        def all_nodes() -> bool:
+        def all_nodes() -> str:
             rc, out = self._ray_status(self.ray_address)
-            seen[0] = _active_nodes(out) if rc == 0 else 0
-            if seen[0] >= want:
-                self.log(f"Ray cluster at {self.ray_address}: {seen[0]} nodes ({nodes}), {gpus} GPU(s) each")
-            return seen[0] >= want
+            seen = _active_nodes(out) if rc == 0 else 0
+            if seen < want:
+                logs = f"{self.segment_dir}/ray-*.log"
+                return f"Ray sees {seen} of {want} trainer nodes after {timeout}; see the logs {logs}"
+            self.log(f"Ray cluster at {self.ray_address}: {seen} nodes ({nodes}), {gpus} GPU(s) each")
+            return ""
 
-        def error_nodes() -> str:
-            return f"Ray sees {seen[0]} of {want} trainer nodes after {timeout}; see the logs {logs}/ray-*.log"
-
-        self._ray_wait("ray-nodes", f"lists {want} active nodes (at most {timeout})", all_nodes, error_nodes)
+        self._ray_wait("ray-nodes", f"lists {want} active nodes (at most {timeout})", all_nodes)
         return State.CHECK
 
     def _ray_status(self, address: str) -> tuple[int, str]:
         return Executor().run(Step("run", "ray-status", [*self.software["ray"], "status", "--address", address]), 30)
 
-    def _ray_wait(self, name: str, until: str, done: Callable[[], bool], error: Callable[[], str]) -> None:
-        """Wait until ``done()``, polled every second while the Ray processes live; ``error()`` after
-        ``QUOTECITE_RAY_TIMEOUT``."""
+    def _ray_wait(self, name: str, until: str, not_yet: Callable[[], str]) -> None:
+        """Poll ``not_yet()`` every second while the Ray processes live, until it says nothing; what it last said is
+        the error after ``QUOTECITE_RAY_TIMEOUT``."""
 
         def wait() -> None:
             deadline = time.monotonic() + self.s.ray.ray_timeout
             while True:
                 self._check_ray()
-                if done():
+                why = not_yet()
+                if not why:
                     return
                 if time.monotonic() >= deadline:
-                    raise JobError(error())
+                    raise JobError(why)
                 time.sleep(1)
 
         status = shlex.join([*self.software["ray"], "status", "--address", self.ray_address])
@@ -748,19 +681,18 @@ class Job:
         if not self.s.run.preflight:
             if self.restarts == 0:
                 self.ex.note("reward check skipped (QUOTECITE_PREFLIGHT=0)")
-                self.log("reward check skipped (QUOTECITE_PREFLIGHT=0)")
             return State.TRAIN
         if self.checked or self.stop_requested:
             return State.TRAIN
         self.checked = True
         log = self.segment_dir / "check.log"
         self.ex.note(
-            "reward check (data, cache, one judge and one embedding request); a failure stops the job, no resubmission"
+            f"reward check (data, cache, one judge and one embedding request; log: {log}); a failure stops the job, "
+            "no resubmission"
         )
         argv = [self.software["check_python"], "-m", "reward", "check", "--recipe", str(self.recipe)]
         argv += ["--judge-url", self.url("judge"), "--judge-model", self.s.models.judge_model]
         argv += ["--embed-url", self.url("embed"), "--", *self.overrides[1:]]
-        self.log(f"reward check: the training data, the block cache and both servers (log: {log})")
         self.check = self.ex.start(Step("start", "check", argv, env=self.trainer_env(), gpus="", log=str(log)))
         rc, self.check = self.check.wait(), None
         if rc == 0:
@@ -774,9 +706,10 @@ class Job:
 
     def state_train(self) -> State:
         s, grace = self.s, f"{self.s.run.stop_grace:g}s"
+        self.status, self.trainer_rc, self.end_message = "", None, ""
         if self.stop_requested:
             self.log("SIGUSR1 arrived before training started: not starting the trainer")
-            self.status, self.trainer_rc, self.end_message = "stopped", None, ""
+            self.status = "stopped"
             return State.END
         on_ray = f"trainer (EasyR1's driver) here, on the Ray cluster: {' '.join(self.layout.trainer_nodes)}"
         self.ex.note(on_ray if self.layout.ray else f"trainer on GPUs {self.trainer_gpus}")
@@ -784,20 +717,7 @@ class Job:
         env = self.trainer_env()
         self.trainer = self.ex.start(Step("start", "trainer", argv, env=env, gpus=self.trainer_gpus, log=str(log)))
         signal_mode = s.run.trainer_stop == "signal"
-        on_usr1 = "forward SIGUSR1 to the trainer"
-        if not signal_mode:
-            on_usr1 = "stop the trainer once checkpoint_tracker.json advances and that step is logged"
-        self.ex.note(
-            f"on SIGUSR1: {on_usr1} (at most {grace}); on SIGTERM: stop everything and record the segment "
-            "(Slurm requeues the job or not)"
-        )
-        self.ex.note(
-            f"while training: a judge or embedder process that dies is restarted (at most "
-            f"{s.servers.max_server_restarts} per job); a trainer that stops on a server outage gets both "
-            f"servers restarted and resumes in a new segment (at most {s.run.max_restarts} per job)"
-        )
-        self.status, self.trainer_rc, self.end_message = "", None, ""
-        stop_deadline = stop_base = log_wait_until = 0.0
+        stop_deadline = stop_base = log_wait_until = 0.0  # stop_deadline: SIGUSR1 is being handled
         while not self.ex.dry and self.trainer.poll() is None:
             self.ex.sleep(s.run.poll_seconds)
             try:
@@ -808,34 +728,32 @@ class Job:
                 self.trainer_rc = self.trainer.stop(30)
                 self.status, self.end_message = e.status, str(e)
                 return State.END
-            if self.stop_requested and not self.stop_handled:
-                self.stop_handled = True
-                stop_deadline = time.monotonic() + s.run.stop_grace
+            if not self.stop_requested:
+                continue
+            if not stop_deadline:
+                stop_deadline, stop_base = time.monotonic() + s.run.stop_grace, runlog.last_step(self.run_dir)
                 if signal_mode:
                     self.log(f"SIGUSR1: asking the trainer to save and exit (at most {grace})")
                     self.trainer.signal(signal.SIGUSR1)
                 else:
-                    stop_base = last_step(self.run_dir)
                     self.log(
                         f"SIGUSR1: stopping the trainer after its next checkpoint (now at step {stop_base}; at "
                         f"most {grace})"
                     )
-            if not self.stop_handled:
-                continue
             if time.monotonic() >= stop_deadline:
                 self.log(
                     f"no checkpoint within {grace} of SIGUSR1; stopping the trainer now (steps since the last "
                     "checkpoint are lost)"
                 )
                 self.trainer.stop(30)
-            elif not signal_mode and (now := last_step(self.run_dir)) > stop_base:
+            elif not signal_mode and (now := runlog.last_step(self.run_dir)) > stop_base:
                 if not log_wait_until:  # EasyR1 logs a step's metrics right after saving its checkpoint
                     log_wait_until = time.monotonic() + s.run.log_wait
-                if logged_step(self.segment_dir) >= now or time.monotonic() >= log_wait_until:
+                if runlog.logged_step(self.segment_dir) >= now or time.monotonic() >= log_wait_until:
                     self.log(f"checkpoint global_step_{now} is complete; stopping the trainer")
                     self.trainer.stop(30)
         self.trainer_rc = self.trainer.wait()
-        if self.stop_handled:
+        if stop_deadline:
             self.status = "stopped"
         elif self.trainer_rc == 0:
             self.status = "finished"
@@ -867,7 +785,7 @@ class Job:
                 f"{srv.label} exited (code {rc}) mid-job; restarting it ({self.server_restarts} of at most "
                 f"{most} in this job)"
             )
-            totals = record_restart(self.run_dir, self.segment, srv.role, f"exited with code {rc}")
+            totals = runlog.record_restart(self.run_dir, self.segment, srv.role, f"exited with code {rc}")
             self.log("restarts in this run: " + ",".join(f"{k}={v}" for k, v in sorted(totals.items())))
             self.serve(srv)
 
@@ -876,11 +794,11 @@ class Job:
         self._stop_all(20)  # the trainer has ended
         if self.status == "crashed" and not self.ex.dry:
             resume = next((sg.resume_step for sg in load_segments(self.run_dir) if sg.name == self.segment), 0)
-            empty = read_no_group_kept(self.segment_dir, resume)
+            empty = runlog.read_no_group_kept(self.segment_dir, resume)
             if empty is not None:
                 self.status, self.end_message = "no_group_kept", empty
                 return State.FINISH
-            outage = read_outage(self.segment_dir)
+            outage = runlog.read_outage(self.segment_dir)
             if outage is not None:
                 self.end_message = f"stopped on a server outage: {outage}"
                 if self.restarts < self.s.run.max_restarts:
@@ -902,19 +820,23 @@ class Job:
         self.ray_address = ""
         nxt = self.state_prepare()
         if nxt is State.SERVE:
-            record_restart(self.run_dir, self.segment, "trainer", outage)
+            runlog.record_restart(self.run_dir, self.segment, "trainer", outage)
         else:
             self.log(f"not restarting: {nxt.name.lower()}")
         return nxt
 
-    def _finish(self, status: str, rc: int | None, message: str) -> End:
-        def do() -> End:
-            return finish(
-                self.run_dir, self.segment, status=status, trainer_exit=rc, message=message, **self.runlog_kw
-            )
-
+    def _finish(self, status: str, rc: int | None, message: str) -> runlog.End:
+        do = partial(
+            runlog.finish,
+            self.run_dir,
+            self.segment,
+            status=status,
+            trainer_exit=rc,
+            message=message,
+            **self.runlog_kw,
+        )
         what = "close the segment (its status and end step), merge the run log, decide"
-        dry = End(action="continue", message="dry run", exit_code=0, end_step=0, logged_steps=0)
+        dry = runlog.End(action="continue", message="dry run", exit_code=0, end_step=0, logged_steps=0)
         return self.ex.call("finish", what, do, dry_result=dry)
 
     def state_finish(self) -> State:
@@ -952,7 +874,7 @@ class Job:
         requeue stops the chain with the reason and the command that resumes by hand: an ``sbatch`` from inside the
         job would fall back to the script's header and lose the user's options (partition, nodes, ``--signal``)."""
         msg = self.decision.message if self.decision else ""
-        if not self.ex.dry and not self.in_slurm:
+        if not self.ex.dry and not self.environ.get("SLURM_JOB_ID"):
             self.log(f"{msg} -- not under Slurm: run this script again to resume")
             return State.DONE
         if not self.s.chain.chain:
@@ -985,17 +907,15 @@ class Job:
     # ------------------------------------------------------------------------------------------------ stopping
     def _stop_all(self, grace: float) -> None:
         """Stop the trainer, the reward check, the servers (last first) and Ray."""
-        for p, what in ((self.trainer, "trainer"), (self.check, "reward check")):
-            if p is not None and p.poll() is None:
-                self.log(f"stopping {what} (pid {p.pid})")
-                p.stop(grace)
         # the wrapper (launch/layout.py run) kills its server WRAP_GRACE_S after SIGTERM; killing the wrapper sooner
         # would leave the server holding the node's GPU and port past the job, so the wrapper gets longer
-        for srv in reversed(self.servers):
-            if srv.proc is not None and srv.proc.poll() is None:
-                self.log(f"stopping {srv.label}")
-            if srv.proc is not None:
-                srv.proc.stop(max(grace, WRAP_GRACE_S + 3))
+        procs = [(self.trainer, "trainer", grace), (self.check, "reward check", grace)]
+        procs += [(v.proc, v.label, max(grace, WRAP_GRACE_S + 3)) for v in reversed(self.servers)]
+        for p, what, wait in procs:
+            if p is not None and p.poll() is None:
+                self.log(f"stopping {what} (pid {p.pid})")
+            if p is not None:
+                p.stop(wait)
         self._stop_ray()
 
     def _ignore_signals(self) -> None:
@@ -1023,8 +943,7 @@ launch/smoke.py)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="launch/grpo_8b.sh", add_help=False, description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="launch/grpo_8b.sh", add_help=False)  # --help: the docstring, HELP, settings
     ap.add_argument("--dry-run", action="store_true", help="print every step of this job; run nothing")
     ap.add_argument("--steps-json", action="store_true", help="with --dry-run: the steps as JSON lines")
     ap.add_argument("--settings", action="store_true", help="print every setting's resolved value and exit")

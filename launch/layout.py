@@ -1,12 +1,7 @@
-"""Where the training job's parts run: the split of a Slurm allocation into trainer nodes and serving GPUs
-(docs/cluster.md, "Several nodes"), and ``python launch/layout.py run``, which starts a program on a node's GPUs.
-Standard library only: the job runs it by its path on every node. The first node always trains: it runs the batch
-script, the trainer's driver and the Ray head.
-
->>> lay = plan(["gpu01", "gpu02", "gpu03"], [1, 1, 1])
->>> lay.trainer_nodes, lay.train_gpus_per_node, lay.judges, lay.embed
-(['gpu01', 'gpu02'], 1, [('gpu03', 0)], ('gpu03', 0))
-"""
+"""Where the training job's parts run (docs/cluster.md, "Several nodes"): the split of a Slurm allocation into trainer
+nodes and serving GPUs, and ``python launch/layout.py run``, which starts a program on a node's GPUs. Standard library
+only: the job runs it by its path on every node. The first node always trains: it runs the batch script, the
+trainer's driver and the Ray head."""
 
 from __future__ import annotations
 
@@ -21,7 +16,8 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 
 DEFAULT_LOCAL_GPUS = 3
 SINGLE_NODE_TRAIN_GPUS = 2
@@ -37,8 +33,8 @@ class LayoutError(ValueError):
 
 
 def expand_hostlist(text: str) -> list[str]:
-    """Slurm's hostlist form to node names, in order: what ``scontrol show hostnames`` prints, here also where there
-    is no ``scontrol`` (a dry run on a laptop).
+    """Slurm's hostlist form to node names, in order, as ``scontrol show hostnames`` prints them (also where there is
+    no ``scontrol``: a dry run on a laptop).
 
     >>> expand_hostlist("gpu[01-03,07],login1")
     ['gpu01', 'gpu02', 'gpu03', 'gpu07', 'login1']
@@ -65,13 +61,11 @@ def expand_hostlist(text: str) -> list[str]:
         choices = [[p] for p in pieces]
         choices[1::2] = [[str(i).zfill(width) for r, width in rs for i in r] for rs in ranges]
         names.extend("".join(combo) for combo in itertools.product(*choices))
-    seen: set[str] = set()
-    for name in names:
+    for name, seen in Counter(names).items():
         if not _NODE_NAME.fullmatch(name):
             raise LayoutError(f"node list {text!r}: {name!r} is not a node name (letters, digits, '.', '_', '-')")
-        if name in seen:
+        if seen > 1:
             raise LayoutError(f"node list {text!r}: node {name!r} is listed twice")
-        seen.add(name)
     return names
 
 
@@ -128,9 +122,8 @@ def allocation_from_env(
     env: dict[str, str] | None = None, hostname: str | None = None, node_gpus: list[int] | None = None
 ) -> Allocation:
     """The allocation from Slurm's variables; outside a job, this host with as many GPUs as ``CUDA_VISIBLE_DEVICES``
-    lists, else 3. ``node_gpus`` (``QUOTECITE_NODE_GPUS``): the GPUs of each node of an uneven allocation, or one
-    count for every node."""
-    env = dict(os.environ if env is None else env)
+    lists, else 3. ``node_gpus`` (``QUOTECITE_NODE_GPUS``): one count for every node, or one each."""
+    env = os.environ if env is None else env
     devices = _visible_devices(env)
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     raw_n = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or ""
@@ -144,15 +137,13 @@ def allocation_from_env(
         raise LayoutError(f"SLURM_JOB_NUM_NODES={raw_n} needs SLURM_JOB_NODELIST (the node names)")
     else:
         nodes = [(hostname or socket.gethostname()).split(".")[0]]
-    slurm_var = next((v for v in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE") if env.get(v)), None)
     if node_gpus:
         source = f"QUOTECITE_NODE_GPUS={','.join(map(str, node_gpus))}"
         gpus = node_gpus * len(nodes) if len(node_gpus) == 1 else list(node_gpus)
         if len(gpus) != len(nodes):
             raise LayoutError(f"{source} gives {len(gpus)} node(s), the allocation has {len(nodes)}")
-    elif slurm_var:
-        gpus = [parse_gpu_count(env[slurm_var], slurm_var)] * len(nodes)
-        source = f"{slurm_var}={env[slurm_var]}"
+    elif var := next((v for v in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE") if env.get(v)), None):
+        gpus, source = [parse_gpu_count(env[var], var)] * len(nodes), f"{var}={env[var]}"
     elif devices:
         gpus, source = [len(devices)] * len(nodes), f"CUDA_VISIBLE_DEVICES={','.join(devices)}"
     else:
@@ -177,7 +168,7 @@ class Layout:
     """(node, GPU position) of each judge replica."""
     embed: tuple[str, int]
     serving: list[tuple[str, int]]
-    idle: dict[str, list[int]] = field(default_factory=dict)
+    idle: dict[str, list[int]]
 
     @property
     def ray(self) -> bool:
@@ -206,16 +197,8 @@ def plan(
     train_gpus_per_node: int | None = None,
     source: str = "",
 ) -> Layout:
-    """Split the allocation: the servers take its last ``serve_gpus`` GPUs (judge replica i the i-th, the embedder
-    the last), the trainer the first ``train_gpus_per_node`` on every node that has that many left."""
-    if not nodes:
-        raise LayoutError("the allocation has no node")
-    if len(set(nodes)) != len(nodes):
-        raise LayoutError(f"node list names a node twice: {','.join(nodes)}")
-    if len(gpus) != len(nodes) or any(g < 0 for g in gpus):
-        raise LayoutError(f"GPU counts {gpus} do not fit the {len(nodes)} node(s) {','.join(nodes)}")
-    if serve_gpus < 1 or judge_replicas < 1:
-        raise LayoutError("QUOTECITE_SERVE_GPUS and QUOTECITE_JUDGE_REPLICAS must be at least 1")
+    """Split the allocation (docs/cluster.md, "Several nodes"). Each input is checked where it is read (hostlist,
+    allocation, settings); here, whether they fit together."""
     if judge_replicas > serve_gpus:
         raise LayoutError(
             f"QUOTECITE_JUDGE_REPLICAS={judge_replicas} needs as many serving GPUs (one judge per GPU), but "
@@ -224,25 +207,24 @@ def plan(
     single = len(nodes) == 1
     src = f" ({source})" if source else ""
     slots = [(n, p) for n, k in zip(nodes, gpus, strict=True) for p in range(k)]
-    need_train = train_gpus_per_node or (SINGLE_NODE_TRAIN_GPUS if single else 1)
-    if len(slots) < serve_gpus + need_train:
+    g = train_gpus_per_node or (SINGLE_NODE_TRAIN_GPUS if single else 1)
+    if len(slots) < serve_gpus + g:
         raise LayoutError(
-            f"this job sees {len(slots)} GPU(s){src}, needs {serve_gpus + need_train}: {need_train} for the trainer, "
+            f"this job sees {len(slots)} GPU(s){src}, needs {serve_gpus + g}: {g} for the trainer, "
             f"{serve_gpus} for the judge and embedder"
             + ("" if single else f" (nodes {','.join(nodes)} with {gpus} GPUs)")
         )
     serving = slots[len(slots) - serve_gpus :]
-    left = {n: k - sum(1 for m, _ in serving if m == n) for n, k in zip(nodes, gpus, strict=True)}
-    g = train_gpus_per_node
-    if g is None:
-        g = SINGLE_NODE_TRAIN_GPUS if single else left[nodes[0]]
+    served = Counter(n for n, _ in serving)
+    left = {n: k - served[n] for n, k in zip(nodes, gpus, strict=True)}
+    if not (train_gpus_per_node or single):  # several nodes: all the first node has left
+        g = left[nodes[0]]
     if g < 1 or left[nodes[0]] < g:
         raise LayoutError(
             f"the first node {nodes[0]} (where the batch script, the trainer's driver and the Ray head run) has "
             f"{left[nodes[0]]} GPU(s) left after serving, needs {max(g, 1)} for the trainer{src}"
         )
-    serving_nodes = {n for n, _ in serving}
-    short = [n for n in nodes if n not in serving_nodes and left[n] < g]
+    short = [n for n in nodes if n not in served and left[n] < g]
     if short:
         raise LayoutError(
             "trainer GPUs would be unequal across trainer nodes (EasyR1 runs trainer.n_gpus_per_node on each): "
@@ -250,11 +232,11 @@ def plan(
             + f", {nodes[0]} has {g}; set QUOTECITE_TRAIN_GPUS_PER_NODE to at most {min(left[n] for n in short)}"
         )
     trainer_nodes = [n for n in nodes if left[n] >= g]
-    idle = {}
-    for n, k in zip(nodes, gpus, strict=True):
-        used = {p for m, p in serving if m == n} | (set(range(g)) if n in trainer_nodes else set())
-        if rest := [p for p in range(k) if p not in used]:
-            idle[n] = rest
+    used = {*serving, *((n, p) for n in trainer_nodes for p in range(g))}
+    idle: dict[str, list[int]] = {}
+    for n, p in slots:
+        if (n, p) not in used:
+            idle.setdefault(n, []).append(p)
     return Layout(list(nodes), list(gpus), trainer_nodes, g, serving[:judge_replicas], serving[-1], serving, idle)
 
 
@@ -334,14 +316,11 @@ def port_taken(port: int, host: str = "") -> bool:
 
 
 def run(positions: list[int], cmd: list[str], grace=10, port_file="", bind_host="", prefer_port=0) -> int:
-    """Run ``cmd`` on this node's GPUs at ``positions``, in its own session; returns its exit status (128+N for
-    signal N), so an ``srun`` step ends as the program did. SIGTERM/SIGINT/SIGUSR1 go to its process group (after
-    SIGTERM/SIGINT the group is killed if still there ``grace`` seconds later), and what it leaves in the group (Ray's
-    raylet, vLLM workers) is killed once it exits.
-
-    With ``port_file``, ``{port}`` in ``cmd`` becomes a port chosen here and now (``prefer_port`` when it is free),
-    written to ``port_file``; a server that fails soon while someone else holds its port lost the race for it and is
-    started again on a new port (at most :data:`PORT_RETRIES` times)."""
+    """Run ``cmd`` on this node's GPUs at ``positions`` in its own session; its exit status (128+N for signal N), so an
+    ``srun`` step ends as the program did. SIGTERM/SIGINT/SIGUSR1 go to its process group (SIGTERM/SIGINT: SIGKILL
+    ``grace`` seconds later); what it leaves in the group (Ray's raylet, vLLM workers) is killed when it exits. With
+    ``port_file``: ``{port}`` in ``cmd`` becomes a free port (``prefer_port`` when free), written there; a server that
+    lost the race for it (:data:`CLASH_WINDOW_S`) is started again on a new one."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(device_ids(positions, _visible_devices(os.environ))))
     child: subprocess.Popen | None = None
     stopping = False
@@ -379,9 +358,8 @@ def run(positions: list[int], cmd: list[str], grace=10, port_file="", bind_host=
         rc = child.wait()
         kill_group(signal.SIGKILL)
         rc = 128 - rc if rc < 0 else rc
-        if not port_file or rc == 0 or stopping or attempt == PORT_RETRIES:
-            return rc
-        if time.monotonic() - started >= CLASH_WINDOW_S or not port_taken(port, bind_host):
+        lost_race = port_file and rc and not stopping and time.monotonic() - started < CLASH_WINDOW_S
+        if not lost_race or attempt == PORT_RETRIES or not port_taken(port, bind_host):
             return rc
         why = f"port {port} was taken before the server bound it; starting it again on another port"
         print(f"{why} ({attempt + 1} of {PORT_RETRIES})", file=sys.stderr, flush=True)

@@ -3,8 +3,7 @@
 Segments are replayed in start order. One that resumed from step ``r`` rolled the model back to ``r``, so every
 record of a step ``> r`` from an earlier segment is superseded and the rerun's replaces it; several lines for one
 step (training, then validation metrics) merge into one record. EasyR1 logs a step right *after* saving its
-checkpoint, so a job killed in between keeps a step no rerun logs: ``run_summary.json`` lists it as ``missing`` (the
-launch's own stop waits for the step's line, so only a hard kill at that moment causes it).
+checkpoint, so a job killed in between keeps a step no rerun logs: ``run_summary.json`` lists it as ``missing``.
 """
 
 from __future__ import annotations
@@ -15,11 +14,10 @@ from pathlib import Path
 
 from core.errors import InputError
 from core.io import atomic_write_json, atomic_write_text, loads_record, open_regular
-from launch.run_files import REWARD_BATCHES, REWARD_COUNTERS, deep_merge, now_iso
+from launch.run_files import REWARD_BATCHES, REWARD_COUNTERS, now_iso
 from launch.segments import load_segments, segments_dir
 
-MAX_MISSING_LISTED = 1000
-"""At most this many missing steps are listed (the rest are counted: a step of 1e12 is no list of 1e12 numbers)."""
+MAX_MISSING_LISTED = 1000  # the rest are counted: a step of 1e12 is no list of 1e12 numbers
 
 
 @dataclass
@@ -36,8 +34,6 @@ def missing_steps(present: list[int], top: int, cap: int = MAX_MISSING_LISTED) -
     """``(the first cap steps of 1..top absent from the sorted list present, how many are absent)`` in time linear
     in ``len(present) + cap``.
 
-    >>> missing_steps([1, 3, 4], 6)
-    ([2, 5, 6], 3)
     >>> missing_steps([10**12], 10**12, cap=2)
     ([1, 2], 999999999999)
     """
@@ -60,16 +56,22 @@ def read_log_records(path: Path) -> tuple[list[dict], int]:
     with open_regular(path) as f:
         for n, raw in enumerate(f, 1):
             line = raw.decode("utf-8", errors="replace").strip()
-            if not line:
-                continue
             try:
-                obj = loads_record(line, f"{path}:{n}")
-            except InputError:  # torn, or a number no step can be
+                obj = loads_record(line, f"{path}:{n}") if line else None
+            except InputError:
                 torn += 1
                 continue
             if isinstance(obj, dict):
                 rows.append(obj)
     return rows, torn
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    """``extra`` merged into a copy of ``base``; nested dicts merge key by key, other values are replaced."""
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
@@ -91,12 +93,8 @@ def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
                 torn[seg.name] = torn.get(seg.name, 0) + n_torn
         for row in logs["experiment_log.jsonl"]:
             step = row.get("step")
-            if not isinstance(step, int) or isinstance(step, bool):
-                continue
-            if step in records:
-                records[step] = deep_merge(records[step], row)
-            else:
-                records[step] = {"step": step, "segment": seg.name, **row}
+            if isinstance(step, int) and not isinstance(step, bool):
+                records[step] = deep_merge(records.get(step, {"step": step, "segment": seg.name}), row)
         for row in logs[REWARD_BATCHES]:
             n = row.get("batch")
             step = seg.resume_step + n if isinstance(n, int) and n >= 1 else None
@@ -114,8 +112,7 @@ def merge_run_log(run_dir: Path, max_steps: int | None = None) -> MergeSummary:
                         tot[k] = tot.get(k, 0) + v
     steps = sorted(records)
     missing, missing_total = missing_steps(steps, max([*steps, max_steps or 0]))
-    lines = [json.dumps(records[s]) + "\n" for s in steps]
-    atomic_write_text(run_dir / "run_log.jsonl", "".join(lines))
+    atomic_write_text(run_dir / "run_log.jsonl", "".join(json.dumps(records[s]) + "\n" for s in steps))
     superseded = {k: sorted(v) for k, v in superseded.items()}
     summary = MergeSummary(steps, missing, superseded, torn, counters, missing_total)
     first, last = (steps[0], steps[-1]) if steps else (None, None)

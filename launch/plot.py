@@ -52,18 +52,6 @@ PANELS: list[tuple[str, str, list[Series]]] = [
 ]  # fmt: skip
 
 
-def read_run_log(path: Path) -> list[dict]:
-    """The step records of ``run_log.jsonl``, sorted by step; :class:`RunError` when the file is missing,
-    unreadable, not JSONL or holds no step record."""
-    try:
-        rows = [r for _, r in read_jsonl(path) if isinstance(r.get("step"), int)]
-    except (OSError, InputError) as e:
-        raise RunError(f"{path}: cannot read ({e}); run `python -m launch.runlog merge` first") from None
-    if not rows:
-        raise RunError(f"{path}: no step records")
-    return sorted(rows, key=lambda r: r["step"])
-
-
 def series(rows: list[dict], keys: str) -> tuple[list[int], list[float]]:
     """The steps and values of the first of ``a.b|c.d`` that each record holds as a number."""
     xs, ys = [], []
@@ -139,7 +127,13 @@ def render_html(rows: list[dict], source: str) -> str:
 
 
 def write_curves(run_log: Path, out: Path) -> Path:
-    """Write the page for ``run_log`` to ``out`` (atomically); returns ``out``."""
-    rows = read_run_log(run_log)
-    atomic_write_text(out, render_html(rows, str(run_log)))
+    """Write the page for ``run_log`` to ``out`` (atomically); :class:`RunError` when the file is missing,
+    unreadable, not JSONL or holds no step record."""
+    try:
+        rows = [r for _, r in read_jsonl(run_log) if isinstance(r.get("step"), int)]
+    except (OSError, InputError) as e:
+        raise RunError(f"{run_log}: cannot read ({e}); run `python -m launch.runlog merge` first") from None
+    if not rows:
+        raise RunError(f"{run_log}: no step records")
+    atomic_write_text(out, render_html(sorted(rows, key=lambda r: r["step"]), str(run_log)))
     return out

@@ -1,7 +1,7 @@
 """What a first day on a real cluster would hit, checked or fixed before the training job spends GPU time.
 
-Each check and why is in docs/cluster.md ("Pre-flight checks of the launch"). What a check reads from the node
-comes through a :class:`Probe`, so the tests give it any node they need; :mod:`launch.job` uses the real one.
+Each check and why: docs/cluster.md ("Pre-flight checks of the launch"). What a check reads from the node comes
+through a :class:`Probe`, so the tests give it any node they need; :mod:`launch.job` uses the real one.
 """
 
 from __future__ import annotations
@@ -19,11 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import InputError
-from launch.run_files import RunError
-from launch.run_manifest import load_recipe, parse_overrides, recipe_value
+from recipes.reader import RecipeError, dig, load_recipe
 
-DRIVER_FILE = Path("/proc/driver/nvidia/version")
-"""The loaded NVIDIA kernel module's version line (``NVRM version: ... Kernel Module  580.65.06 ...``)."""
+DRIVER_FILE = Path("/proc/driver/nvidia/version")  # NVRM version: ... Kernel Module  580.65.06 ...
 
 
 # ------------------------------------------------------------------------------------------------- the probe
@@ -49,11 +47,8 @@ def port_free(port: int) -> bool:
 
 def _output(*argv: str) -> str:
     """What a program prints; "" when it is not on PATH, fails or hangs."""
-    path = shutil.which(argv[0])
-    if not path:
-        return ""
     try:
-        r = subprocess.run([path, *argv[1:]], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return r.stdout.strip() if r.returncode == 0 else ""
@@ -103,11 +98,9 @@ def resolve(name: str, getaddrinfo: Callable[..., list] = socket.getaddrinfo) ->
 
 @dataclass(frozen=True)
 class NodeAddress:
-    """How the job reaches one node: ``address`` is Ray's ``--node-ip-address`` (the name itself when it does not
-    resolve here, as in a dry run on a laptop), ``host`` what its servers listen on and are reached by (the name,
-    or ``address`` where the name is unusable), ``note`` what was changed and why."""
+    """How the job reaches a node: ``address`` is Ray's ``--node-ip-address``, ``host`` what its servers listen on
+    and are reached by, ``note`` what was changed and why."""
 
-    node: str
     address: str
     host: str
     note: str = ""
@@ -122,22 +115,14 @@ def node_addresses(
     found = {n: resolve(n, probe.getaddrinfo) for n in nodes if n not in given}
     routable = {n: [a for a in addrs if not _is_loopback(a)] for n, addrs in found.items()}
     reach = {**{n: a[0] for n, a in routable.items() if a}, **given}  # how the other nodes are reached, if known
-    out: dict[str, NodeAddress] = {}
-    for node in nodes:
-        addrs = found.get(node, [])
-        if node in given:
-            ip = given[node]
-            out[node] = NodeAddress(node, ip, ip, f"{node}: {ip} (QUOTECITE_NODE_ADDRESSES)")
-        elif not addrs:
-            out[node] = NodeAddress(node, node, node)
-        elif routable[node]:
-            out[node] = NodeAddress(node, routable[node][0], node)
-        elif addrs[0] == "127.0.0.1" and not reach:  # every node is this machine (a local Slurm)
-            out[node] = NodeAddress(node, addrs[0], node)
-        else:
+    out = {n: NodeAddress(ip, ip, f"{n}: {ip} (QUOTECITE_NODE_ADDRESSES)") for n, ip in given.items() if n in nodes}
+    for node, addrs in found.items():
+        if addrs and not routable[node] and (addrs[0] != "127.0.0.1" or reach):
             peers = [reach[n] for n in nodes if n != node and n in reach]
             out[node] = _own_route(node, addrs[0], here, peers, probe)
-    return out
+        else:  # routable, every node on 127.0.0.1 (a local Slurm) or unresolvable here (a laptop's dry run)
+            out[node] = NodeAddress((routable[node] or addrs or [node])[0], node)
+    return {n: out[n] for n in nodes}
 
 
 def _own_route(node: str, loop: str, here: str, peers: list[str], probe: Probe) -> NodeAddress:
@@ -146,8 +131,7 @@ def _own_route(node: str, loop: str, here: str, peers: list[str], probe: Probe) 
         mine = probe.route(peer)
         if mine and not _is_loopback(mine):
             why = f"{node} resolves to {loop} (a loopback address: /etc/hosts maps the node's own name to it)"
-            note = f"{why}; its servers and Ray use its routable address {mine}, the one that reaches {peer}"
-            return NodeAddress(node, mine, mine, note)
+            return NodeAddress(mine, mine, f"{why}; its servers and Ray use {mine}, its address that reaches {peer}")
     raise InputError(
         f"node {node} resolves to {loop} on {here or 'this host'}, a loopback address the other nodes "
         f"of the job cannot reach (/etc/hosts maps the name to it): set QUOTECITE_NODE_ADDRESSES="
@@ -180,53 +164,39 @@ def network_note(env: Mapping[str, str], multi: bool) -> str:
 
 
 # ------------------------------------------------------------------------------------------------- Ray's ports
-RAY_RANGE = (20000, 32767)
-"""Ray's per-job ports: above common services and Ray's own defaults (6379, 8265, 10001, 10002-19999), below
-Linux's ephemeral range (32768-60999, where the kernel picks ports for any program)."""
-RAY_BLOCK = 320
-"""Ports of one job's block: :data:`RAY_FIXED` at its start, the workers' from ``base + 16`` to its end."""
-RAY_FIXED = {
-    "dashboard": "--dashboard-port",
-    "client_server": "",  # reserved, not passed: ray start fails on the flag without ray[client]; its default 10001
-    "node_manager": "--node-manager-port",
-    "object_manager": "--object-manager-port",
-    "agent_http": "--dashboard-agent-listen-port",
-    "agent_grpc": "--dashboard-agent-grpc-port",
-    "metrics": "--metrics-export-port",
-    "runtime_env_agent": "--runtime-env-agent-port",
-}
-"""The fixed ports at the start of a block, in order, with their ``ray start --head`` flag."""
+RAY_RANGE = (20000, 32767)  # above Ray's own defaults (6379, 8265, 10001, 10002-19999), below Linux's ephemeral ports
+RAY_BLOCK = 320  # one job's ports: RAY_FLAGS' from the block's start, the workers' from its 17th to its end
 RAY_SLOTS = (RAY_RANGE[1] + 1 - RAY_RANGE[0]) // RAY_BLOCK
+RAY_FLAGS = (
+    "--dashboard-port",
+    "",  # the client server's: reserved, not passed (ray start fails on the flag without ray[client])
+    "--node-manager-port",
+    "--object-manager-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--metrics-export-port",
+    "--runtime-env-agent-port",
+)
 
 
 @dataclass(frozen=True)
 class RayPorts:
-    """One job's block of Ray ports: ``base + offset`` for :data:`RAY_FIXED`, the workers from ``base + 16``."""
+    """One job's block of Ray ports, from ``base``; ``checked``: found free on this node."""
 
     slot: int
     base: int
     checked: bool
 
-    def port(self, what: str) -> int:
-        return self.base + list(RAY_FIXED).index(what)
-
-    @property
-    def workers(self) -> tuple[int, int]:
-        return self.base + 16, self.base + RAY_BLOCK - 1
-
     def head_args(self) -> list[str]:
         """``ray start --head`` flags (worker nodes get none: nodes sharing one host would bind the same ports)."""
-        lo, hi = self.workers
-        args = [a for what, flag in RAY_FIXED.items() if flag for a in (flag, str(self.port(what)))]
-        return [*args, "--min-worker-port", str(lo), "--max-worker-port", str(hi)]
+        args = [a for i, flag in enumerate(RAY_FLAGS) if flag for a in (flag, str(self.base + i))]
+        return [*args, "--min-worker-port", str(self.base + 16), "--max-worker-port", str(self.base + RAY_BLOCK - 1)]
 
     def describe(self) -> str:
-        lo, hi = self.workers
-        fixed = ", ".join(f"{w.replace('_', ' ')} {self.port(w)}" for w, flag in RAY_FIXED.items() if flag)
         how = "checked free on this node" if self.checked else "checked free on the head node when the job runs"
         return (
             f"Ray ports       block {self.slot} of {RAY_SLOTS} in {RAY_RANGE[0]}-{RAY_RANGE[1]} (from the job id; "
-            f"{how}): {fixed}, workers {lo}-{hi}"
+            f"{how}): {self.base}-{self.base + RAY_BLOCK - 1}, workers from {self.base + 16}"
         )
 
 
@@ -236,9 +206,9 @@ def ray_ports(job_id: str, check: Callable[[int], bool] | None = None) -> RayPor
     first = int(job_id) if job_id.isdigit() else zlib.crc32(job_id.encode())
     for i in range(RAY_SLOTS):
         slot = (first + i) % RAY_SLOTS
-        ports = RayPorts(slot, RAY_RANGE[0] + slot * RAY_BLOCK, check is not None)
-        if check is None or all(check(p) for p in range(ports.base, ports.base + RAY_BLOCK)):
-            return ports
+        base = RAY_RANGE[0] + slot * RAY_BLOCK
+        if check is None or all(check(p) for p in range(base, base + RAY_BLOCK)):
+            return RayPorts(slot, base, check is not None)
     raise InputError(
         f"no block of {RAY_BLOCK} free ports for Ray in {RAY_RANGE[0]}-{RAY_RANGE[1]} on this node "
         "(other jobs hold them): ask for a node of your own (sbatch --exclusive)"
@@ -246,10 +216,8 @@ def ray_ports(job_id: str, check: Callable[[int], bool] | None = None) -> RayPor
 
 
 # ------------------------------------------------------------------------------------------------- driver, compiler
-MIN_DRIVER = {13: 580, 12: 525}
-"""The oldest NVIDIA driver (major version) each CUDA major version runs on (CUDA's minor-version compatibility)."""
-SERVER_CUDA = 13
-"""The CUDA major version of the server venv's torch (vLLM's wheels) when its stamp does not say (not built yet)."""
+MIN_DRIVER = {13: 580, 12: 525}  # CUDA major -> the oldest NVIDIA driver it runs on (minor-version compatibility)
+SERVER_CUDA = 13  # the server venv's torch (vLLM's wheels) when its stamp does not say (not built yet)
 
 
 def parse_driver(text: str) -> str | None:
@@ -259,26 +227,21 @@ def parse_driver(text: str) -> str | None:
     return m.group(0) if m else None
 
 
-def cuda_major(torch_version: str) -> int | None:
-    """The CUDA major version of a torch build (``2.9.0+cu130`` -> 13); None when it does not say."""
-    m = re.search(r"\+cu(\d{2,3})", torch_version or "")
-    return int(m.group(1)[:-1]) if m else None
-
-
 def check_toolchain(
     environ: Mapping[str, str], torch_server: str, know_server: bool, probe: Probe | None = None
 ) -> list[str]:
-    """The driver and compiler check: lines to log, or :class:`InputError` (one line: what is missing, how to fix
-    it). ``torch_server``: the server venv's torch version (its stamp, else "unknown"); ``know_server`` False: the
-    servers are the user's own (``QUOTECITE_ENV_SETUP=0``), their CUDA unknown, so only the compiler."""
+    """The driver and C compiler check: lines to log, or one :class:`InputError` naming what is missing and how to
+    fix it. ``torch_server``: the server venv's torch version (``2.9.0+cu130``, else "unknown"); ``know_server``
+    False: the servers are the user's own (``QUOTECITE_ENV_SETUP=0``), their CUDA unknown."""
     probe = probe or Probe()
     version, source = probe.read_driver()
     if version is None:
         return [f"driver and C compiler check skipped: {source}"]
-    problems, lines = [], []
-    major = cuda_major(torch_server) or (SERVER_CUDA if know_server else None)
+    lines, problems = [], []
+    cu = re.search(r"\+cu(\d{2,3})", torch_server)
+    major = int(cu.group(1)[:-1]) if cu else (SERVER_CUDA if know_server else None)
     need = MIN_DRIVER.get(major, max(MIN_DRIVER.values()))
-    what = f"the server venv's CUDA {major} torch ({torch_server if cuda_major(torch_server) else 'vLLM pin'})"
+    what = f"the server venv's CUDA {major} torch ({torch_server if cu else 'vLLM pin'})"
     if major is None:
         lines.append(
             f"NVIDIA driver {version} ({source}); the servers' CUDA is unknown (QUOTECITE_ENV_SETUP=0): not compared"
@@ -295,9 +258,9 @@ def check_toolchain(
     if found:
         lines.append(f"C compiler for Triton: {found}")
     else:
-        missing = "no C compiler on this node (no $CC, no cc or gcc on PATH)"
-        if cc:
-            missing = f"CC={cc} is not a program on this node"
+        missing = f"CC={cc} is not a program on this node"
+        if not cc:
+            missing = "no C compiler on this node (no $CC, no cc or gcc on PATH)"
         problems.append(
             f"{missing}, which Triton needs to build its kernels: `module load gcc` (or set CC to a C "
             "compiler) in the job's environment"
@@ -308,28 +271,23 @@ def check_toolchain(
 
 
 # ------------------------------------------------------------------------------------------------- Slurm version
-def parse_slurm_version(text: str) -> tuple[int, int, int] | None:
-    """The version ``srun --version`` prints (``slurm 21.08.8`` -> (21, 8, 8))."""
-    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
-
-
 def check_step_sharing(steps: Mapping[str, list[str]], probe: Probe | None = None) -> str:
-    """The Slurm version against the job's ``srun --overlap`` steps (``steps``: node -> the names of the steps the
-    job starts there); an older Slurm than 22.05 is refused. The line for the dry run and the log; "" (not asked)
-    when no node has two steps."""
+    """The Slurm version (``srun --version``) against the job's ``srun --overlap`` steps (``steps``: node -> the
+    names of the steps the job starts there): before 22.05 refused; else the line for the dry run and the log, ""
+    (not asked) when no node has two steps."""
     crowded = {n: names for n, names in steps.items() if len(names) > 1}
     if not crowded:
         return ""
-    version = parse_slurm_version((probe or Probe()).srun_version())
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", (probe or Probe()).srun_version() or "")
     where = "; ".join(f"{' and '.join(names)} on {node}" for node, names in crowded.items())
-    if version is None:
+    if m is None:
         return (
             f"Slurm version   unknown (no srun --version here): the job steps {where} share their node with "
             "srun --overlap, which needs Slurm >= 22.05"
         )
-    shown = f"{version[0]}.{version[1]:02d}.{version[2]}"
-    if version[:2] < (22, 5):
+    major, minor = int(m[1]), int(m[2])
+    shown = f"{major}.{minor:02d}.{int(m[3] or 0)}"
+    if (major, minor) < (22, 5):
         raise InputError(
             f"Slurm {shown} (srun --version) is older than 22.05: its srun --overlap steps share only "
             f"CPUs, so the steps {where} cannot run at once (the second would wait until its health wait "
@@ -343,26 +301,19 @@ def check_step_sharing(steps: Mapping[str, list[str]], probe: Probe | None = Non
 def recipe_loggers(recipe: Path, overrides: Iterable[str]) -> list[str]:
     """The trainer's loggers (``trainer.logger``, overrides applied); [] when the recipe cannot be read."""
     try:
-        value = recipe_value(load_recipe(Path(recipe)), parse_overrides(list(overrides)), "trainer.logger", [])
-    except (InputError, RunError, OSError, ValueError):
+        value = dig(load_recipe(recipe, list(overrides)), "trainer.logger") or []
+    except RecipeError:
         return []
-    if isinstance(value, str):
-        value = [x.strip().strip("'\"") for x in value.strip().strip("[]").split(",") if x.strip()]
-    return [str(x) for x in value or []]
-
-
-def wandb_run_id(run_dir: Path) -> str:
-    """A wandb run id of the run folder: its name (letters, digits, ``_ -``) and a hash of its full path."""
-    name = re.sub(r"[^A-Za-z0-9_-]+", "-", Path(run_dir).name).strip("-")[:40] or "run"
-    return f"{name}-{hashlib.sha256(str(Path(run_dir)).encode()).hexdigest()[:12]}"
+    return [str(x) for x in value] if isinstance(value, list) else [str(value)]
 
 
 def wandb_env(run_dir: Path, loggers: list[str], environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
     """(``WANDB_RUN_ID`` and ``WANDB_RESUME`` for the trainer, a line saying so) when wandb is a logger; a value
-    the job's environment already has is kept."""
+    the job's environment already has is kept. The run id: the run folder's name and a hash of its full path."""
     if "wandb" not in loggers:
         return {}, ""
-    run_id = environ.get("WANDB_RUN_ID") or wandb_run_id(run_dir)
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", Path(run_dir).name).strip("-")[:40] or "run"
+    run_id = environ.get("WANDB_RUN_ID") or f"{name}-{hashlib.sha256(str(Path(run_dir)).encode()).hexdigest()[:12]}"
     resume = environ.get("WANDB_RESUME") or "allow"
     note = f"wandb           every job of this run logs into wandb run {run_id} (WANDB_RUN_ID, WANDB_RESUME={resume})"
     return {"WANDB_RUN_ID": run_id, "WANDB_RESUME": resume}, note

@@ -7,21 +7,17 @@
 #SBATCH --open-mode=append
 # --- help ---
 # Build the LongDocURL block cache and GRPO training set (`python -m data_prep longdocurl`) as a Slurm job array
-# (docs/cluster.md, "Job arrays (data prep and evaluation)"): task I of N (--array=1-N) builds shard I/N of the
-# documents (`--shard I/N`: by a hash of the doc_no, so a document's shard never changes when others are added) into
-# the one content-addressed cache, with its page images and done-markers (OUT/.state/); no parquet. A final job after
-# the array (--dependency=afterok:<array job>, --kill-on-invalid-dep=yes: cancelled, not left pending, when a task
-# fails) runs `--finalize`: it builds nothing, writes train.parquet, val.parquet, summary.json, skipped.jsonl and
-# overlap_report.json from the done-markers, and fails naming every document that has none.
+# (docs/cluster.md, "Job arrays (data prep and evaluation)"): task I of N builds shard I/N of the documents (by a hash
+# of the doc_no) into the one cache, with page images and done-markers (OUT/.state/). A final job after the array
+# (cancelled if a task fails) runs `--finalize`: it builds nothing, writes train.parquet, val.parquet, summary.json,
+# skipped.jsonl and overlap_report.json, and fails naming every document without a done-marker.
 #
-#   bash launch/prep_array.sh             # from the repository root, on a login node: submits both jobs
-#   bash launch/prep_array.sh --dry-run   # print the plan (shards and their documents, commands, dependency)
+#   bash launch/prep_array.sh [--dry-run]   # on a login node: submit both jobs, or print the plan
 #
-# Rerunning the script after failed tasks redoes only what is missing (every task skips the documents whose
-# done-marker, cache entry and images are present); QUOTECITE_PREP_TASKS resubmits only some tasks. Submitted as
-# the array itself (`sbatch --array=1-4 launch/prep_array.sh`), task I runs shard I of QUOTECITE_PREP_SHARDS (else
-# of SLURM_ARRAY_TASK_MAX) shards and no final job is submitted: then run `QUOTECITE_PREP_PHASE=final sbatch
-# launch/prep_array.sh` (or `bash` it) yourself.
+# A rerun redoes only what is missing; QUOTECITE_PREP_TASKS resubmits only some tasks. Submitted as the array itself
+# (`sbatch --array=1-4 launch/prep_array.sh`), task I runs shard I of QUOTECITE_PREP_SHARDS (else of
+# SLURM_ARRAY_TASK_MAX) shards and no final job is submitted: run `QUOTECITE_PREP_PHASE=final sbatch
+# launch/prep_array.sh` yourself.
 # --- end help ---
 QC_SCRIPT=$(realpath "$0")  # --help prints the block above from the file run
 # --- repository: the same block in every launch script (tests/launch/test_launch_help.py checks it) ---

@@ -17,8 +17,7 @@ from pathlib import Path
 from core.io import open_regular
 
 CHECKPOINT_TRACKER = "checkpoint_tracker.json"  # EasyR1's, in trainer.save_checkpoint_path
-STEP_DIR_RE = re.compile(r"global_step_(0|[1-9][0-9]{0,17})$")
-"""EasyR1's step folder as it names it (``f"global_step_{step}"``): ``global_step_003`` is not step 3's folder."""
+STEP_DIR_RE = re.compile(r"global_step_(0|[1-9][0-9]{0,17})$")  # as EasyR1 names it: global_step_003 is not step 3
 SHARD_RE = re.compile(r"(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
 INCOMPLETE_DIR = "incomplete"
 LOGGED_FILES = ("experiment_log.jsonl", "generations.log")  # EasyR1's file logger truncates them at every start
@@ -33,24 +32,20 @@ class RunError(Exception):
     """A run folder or setting that the launch cannot work with; the message names it and what is wrong."""
 
 
-NO_FLOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
-"""What ``flock`` raises where the file system has no such locks (Lustre mounted without ``-o flock``, some NFS)."""
-EXCL_LOCK_WAIT_S = 600.0
+NO_FLOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)  # Lustre without -o flock, some NFS
 EXCL_LOCK_STALE_S = 3600.0  # an O_EXCL lock file older than this is a crashed job's (the lock is held for seconds)
-
 _warned_no_flock: set[str] = set()
 
 
 def _excl_lock_stale(path: Path) -> bool:
-    """Whether the O_EXCL lock file ``path`` is left over: its holder (``host pid`` inside) was on this host and is
-    gone, or the file is older than :data:`EXCL_LOCK_STALE_S`."""
+    """Whether the lock file's holder (``host pid`` inside) was on this host and is gone, or the file is old."""
     try:
         host, pid = [*path.read_text(errors="replace").split(), "", ""][:2]
         if time.time() - path.stat().st_mtime > EXCL_LOCK_STALE_S:
             return True
         if host == socket.gethostname() and pid.isdigit():
             os.kill(int(pid), 0)
-    except ProcessLookupError:  # the holder's process is gone
+    except ProcessLookupError:
         return True
     except OSError:
         pass
@@ -58,7 +53,7 @@ def _excl_lock_stale(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def run_lock(run_dir: Path, wait_s: float = EXCL_LOCK_WAIT_S) -> Iterator[None]:
+def run_lock(run_dir: Path, wait_s: float = 600.0) -> Iterator[None]:
     """Exclusive lock on the run's bookkeeping: ``flock`` on ``.runlog.lock``, or, where the file system refuses
     ``flock``, the O_EXCL lock file ``.runlog.lock.excl`` (docs/cluster.md, "Run lock without flock")."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -75,8 +70,12 @@ def run_lock(run_dir: Path, wait_s: float = EXCL_LOCK_WAIT_S) -> Iterator[None]:
     excl = run_dir / ".runlog.lock.excl"
     if str(run_dir) not in _warned_no_flock:
         _warned_no_flock.add(str(run_dir))
-        print(f"warning: flock is not supported on {run_dir} ({why}: Lustre mounted without -o flock?); locking the "
-              f"run with the O_EXCL lock file {excl} instead", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"warning: flock is not supported on {run_dir} ({why}: Lustre mounted without -o flock?); "
+            f"locking the run with the O_EXCL lock file {excl} instead",
+            file=sys.stderr,
+            flush=True,
+        )
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -85,11 +84,11 @@ def run_lock(run_dir: Path, wait_s: float = EXCL_LOCK_WAIT_S) -> Iterator[None]:
         except FileExistsError:
             if _excl_lock_stale(excl):
                 excl.unlink(missing_ok=True)
-                continue
-            if time.monotonic() >= deadline:
-                raise RunError(f"{excl}: another job of this run has held this lock for over {wait_s:g}s; if no job "
-                               "of the run is running, delete the file") from None  # fmt: skip
-            time.sleep(0.2)
+            elif time.monotonic() < deadline:
+                time.sleep(0.2)
+            else:
+                msg = f"another job of this run has held this lock for over {wait_s:g}s"
+                raise RunError(f"{excl}: {msg}; if no job of the run is running, delete the file") from None
     try:
         os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())
         os.close(fd)
@@ -105,11 +104,3 @@ def now_iso() -> str:
 def sha256_file(path: Path) -> str:
     with open_regular(path) as f:  # a regular file only: a FIFO named as the recipe is never waited on
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def deep_merge(base: dict, extra: dict) -> dict:
-    """``extra`` merged into a copy of ``base``; nested dicts merge key by key, other values are replaced."""
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out

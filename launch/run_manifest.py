@@ -9,16 +9,7 @@ from typing import Any
 
 from core.io import atomic_write_json, read_json_object
 from launch.run_files import RunError, now_iso
-from recipes.reader import RecipeError, dig
-from recipes.reader import load_recipe as read_recipe_file
-
-
-def load_recipe(path: Path) -> dict:
-    """The recipe YAML as a dict (``${oc.env:...}`` left as text), by :func:`recipes.reader.load_recipe`."""
-    try:
-        return read_recipe_file(path)
-    except RecipeError as e:
-        raise RunError(str(e)) from None
+from recipes.reader import dig, load_recipe  # noqa: F401 (job and preflight import load_recipe from here)
 
 
 def parse_overrides(args: list[str]) -> dict[str, str]:

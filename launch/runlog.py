@@ -1,21 +1,14 @@
-"""Run bookkeeping for chained training jobs: checkpoints, job segments, the merged run log, the manifest.
+"""Run bookkeeping for chained training jobs, and ``python -m launch.runlog plot|merge`` (docs/cluster.md).
 
-This module holds the job's steps and ``python -m launch.runlog plot|merge`` (docs/cluster.md). The training job
-(:mod:`launch.job`) calls :func:`plan_run` before it starts anything, :func:`prepare` at every trainer start and
+:mod:`launch.job` calls :func:`plan_run` before it starts anything, :func:`prepare` at every trainer start and
 :func:`finish` at every trainer end. A run lives in one folder ``RUN_DIR``::
 
-    RUN_DIR/checkpoints/               trainer.save_checkpoint_path: global_step_N/, checkpoint_tracker.json,
-                                       experiment_log.jsonl -> ../segments/<current>/experiment_log.jsonl
-    RUN_DIR/checkpoints/incomplete/    step folders that were being written when a job died (kept, never resumed)
-    RUN_DIR/segments/<jobid>-<n>/      one per trainer start (n counts the requeues and restarts of that job id):
-                                       segment.json, experiment_log.jsonl, reward_counters.jsonl, server/trainer logs
-    RUN_DIR/run_log.jsonl              merged metrics: one line per step, each step exactly once
-    RUN_DIR/run_summary.json           what the merge kept, superseded and found missing
-    RUN_DIR/manifest.json              git commit, recipe hash, EasyR1 commit, vLLM versions, models, jobs, restarts
-
-The parts: :mod:`launch.checkpoints` (which checkpoint is complete), :mod:`launch.segments` (why segments),
-:mod:`launch.merge` (how each step is kept once), :mod:`launch.run_manifest`, :mod:`launch.run_files` and
-:mod:`launch.plot`. Only the standard library is imported at module level (PyYAML only to read a recipe).
+    checkpoints/               trainer.save_checkpoint_path (EasyR1's step folders and tracker; its
+                               experiment_log.jsonl links to the current segment's); incomplete/: torn saves
+    segments/<jobid>-<n>/      one per trainer start (n counts the restarts of that job id): segment.json,
+                               experiment_log.jsonl, reward_counters.jsonl, server and trainer logs
+    run_log.jsonl              merged metrics, each step exactly once (:mod:`launch.merge`); run_summary.json
+    manifest.json              commits, recipe hash, vLLM versions, models, jobs, restarts (:mod:`launch.run_manifest`)
 """
 
 from __future__ import annotations
@@ -50,8 +43,6 @@ class Plan:
     max_steps_from: str  # where max_steps came from, in words (the setting, the recipe, the data's row count)
     policy_model: str  # worker.actor.model.model_path (empty when the recipe names none)
     require_lora: bool  # worker.actor.model.lora.rank > 0: a complete checkpoint needs the adapter
-    save_freq: int
-    save_limit: int | None
     logger_override: str = ""  # trainer.logger=[..., file] when the recipe's loggers lack file (the merge reads it)
     path_overrides: tuple[str, ...] = ()  # run_manifest.absolute_path_overrides
 
@@ -71,14 +62,11 @@ def plan_run(recipe_path: Path, max_steps: str, train_files: str, repo: Path, ar
     logger = get("trainer.logger", ["console"])
     if isinstance(logger, str):
         logger = [x.strip() for x in logger.strip("[]").split(",") if x.strip()]
-    save_limit = get("trainer.save_limit")
     return Plan(
         max_steps=max_steps_n,
         max_steps_from=how,
         policy_model=str(get("worker.actor.model.model_path") or ""),
         require_lora=int(get("worker.actor.model.lora.rank", 0) or 0) > 0,
-        save_freq=int(get("trainer.save_freq", -1)),
-        save_limit=None if save_limit is None else int(save_limit),
         logger_override="" if "file" in logger else "trainer.logger=[" + ",".join([*logger, "file"]) + "]",
         path_overrides=tuple(run_manifest.absolute_path_overrides(recipe, overrides, Path(repo).resolve())),
     )
@@ -197,9 +185,7 @@ def record_restart(run_dir: Path, segment: str, what: str, reason: str = "") -> 
             raise RunError(f"{run_dir}: no segment {segment!r}")
         path = run_dir / "manifest.json"
         man = read_json_object(path, "run manifest") if path.exists() else {"jobs": []}
-        jobs = man.get("jobs", [])
-        job = next((j for j in jobs if j.get("segment") == segment), None)
-        job = job or next((j for j in jobs if j.get("job_id") == seg.job_id), {})
+        job = next((j for j in man.get("jobs", []) if j.get("segment") == segment), {})  # prepare() wrote it
         for counts in [d.setdefault("restarts", {}) for d in (seg.extra, man, job)]:
             counts[what] = counts.get(what, 0) + 1
         seg.extra.setdefault("restart_log", []).append({"what": what, "at": now_iso(), "reason": reason})

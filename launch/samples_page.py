@@ -20,9 +20,7 @@ from reward.samples import SAMPLES_DIR, load_steps
 
 def collect_steps(run_dir: str | Path) -> list[tuple[int, Path, dict]]:
     """``(step, samples folder, batch record)`` of every sampled step of the run, by step, without duplicates."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise InputError(f"run folder {run_dir}: not a folder")
+    run = Path(run_dir)  # not a folder: no steps, and the page's writer says what is wrong
     if not segments_dir(run).is_dir():
         return folder_steps(run)
     found: dict[int, tuple[Path, dict]] = {}

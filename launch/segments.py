@@ -1,8 +1,7 @@
 """Job segments of a run (one per start of the trainer) and the decisions taken at a segment's start and end.
 
-EasyR1's ``file`` logger opens ``experiment_log.jsonl`` with mode ``"w"`` at every start, so a resumed job wiped
-the metrics of all earlier ones (the paper lost steps 1-44 this way); each segment gets its own file instead
-(:func:`new_segment`), and :mod:`launch.merge` joins them.
+EasyR1's ``file`` logger truncates ``experiment_log.jsonl`` at every start (docs/cluster.md), so each segment gets
+its own file (:func:`new_segment`) and :mod:`launch.merge` joins them.
 """
 
 from __future__ import annotations
@@ -139,10 +138,8 @@ def decide_at_end(segments: list[Segment], max_steps: int, max_stalled: int) -> 
         return Decision("stop", why + " (does the recipe's trainer.max_steps agree with the launch's?)", 1)
     stalled = stalled_count(segments)
     if max_stalled > 0 and stalled >= max_stalled:
-        why = f"{stalled} jobs in a row made no progress (stuck at step {end}); not resubmitting"
-        return Decision(
-            "stop", f"{why}. Last trainer exit code {seg.trainer_exit}; see segments/{seg.name}/trainer.log", 1
-        )
+        why = f"{stalled} jobs in a row made no progress (stuck at step {end}); not resubmitting. Last trainer exit"
+        return Decision("stop", f"{why} code {seg.trainer_exit}; see segments/{seg.name}/trainer.log", 1)
     crashed = seg.status == "crashed"
     why = f"trainer {'crashed' if crashed else 'stopped'} at step {end} of {max_steps}; the run continues"
     return Decision("continue", why, int(crashed))

@@ -17,8 +17,8 @@ WRAP_GRACE_S = 5
 
 
 def no_proxy_env(nodes: list[str], environ) -> dict[str, str]:
-    """``NO_PROXY``/``no_proxy``: the environment's, plus loopback and ``nodes``. httpx sends every request to a host
-    not listed there through ``HTTP(S)_PROXY``, so a cluster's proxy would stand between the job and its servers.
+    """``NO_PROXY``/``no_proxy``: the environment's plus loopback and ``nodes`` (httpx sends a request to any other
+    host through ``HTTP(S)_PROXY``: a cluster's proxy would stand between the job and its servers).
 
     >>> no_proxy_env(["gpu01", "gpu02"], {"NO_PROXY": "internal.example"})["NO_PROXY"]
     'internal.example,localhost,127.0.0.1,::1,gpu01,gpu02'
@@ -51,12 +51,10 @@ def read_port(port_file: Path) -> int:
 
 
 def server_argv(role: str, s: settings.Settings, host: str, port: str | int, cmd: list[str]) -> list[str]:
-    """The command line of the judge or the embedder server; ``cmd`` is the program (default ``vllm serve``).
-
-    The weights are ``QUOTECITE_{JUDGE,EMBED}_WEIGHTS`` when set, else the model id, served under the model id. The
-    judge takes up to 8 images a request (the recipe shows at most ``max_crops``, 6); its reply format needs no
-    server flag (each request carries its own constraint). The embedder is vLLM's pooling runner.
-    """
+    """The judge's or the embedder's server command line, ``cmd`` its program (``vllm serve``): the weights of
+    ``QUOTECITE_{JUDGE,EMBED}_WEIGHTS`` (else the model id) served as the model id. The judge takes up to 8 images a
+    request (the recipe shows at most ``max_crops``, 6; each request carries its own reply format); the embedder is
+    vLLM's pooling runner."""
     m, srv = s.models, s.servers
     if role == "judge":
         model, weights, util, max_len = m.judge_model, m.judge_weights, srv.judge_gpu_util, srv.judge_max_model_len
@@ -88,14 +86,12 @@ def wait_healthy(
     when the server exited or after ``timeout_s``."""
     from reward.servers import HEALTH_BACKOFF_S, ServerOutageError, wait_for_health
 
-    started = time.monotonic()
-
     def alive() -> str:
         rc = exited()
         return f"exited (code {rc})" if rc is not None else ("the job is stopping" if stop() else "")
 
+    started, backoff = time.monotonic(), (min(HEALTH_BACKOFF_S[0], poll_s), poll_s * 4)
     try:
-        backoff = (min(HEALTH_BACKOFF_S[0], poll_s), poll_s * 4)
         wait_for_health(url, started + timeout_s, started, label, timeout_s, alive=alive, backoff_s=backoff)
     except ServerOutageError:
         why, where = alive(), (url() if callable(url) else url) or "its port"

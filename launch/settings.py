@@ -1,10 +1,9 @@
-"""The launch's settings: one typed object, nested frozen dataclasses by group, one default and one docstring per field.
+"""The launch's settings: one typed object, frozen dataclasses by group, one default and one docstring per field.
 
 docs/settings.md is the user's guide (the layers, ``--config``, ``--set``, the table generated from here). A field is
-made by :func:`opt`: its default as the user would type it, its validator, unit and readers; the docstring under it is
-its help line; ``s.servers.health_timeout`` is ``QUOTECITE_HEALTH_TIMEOUT``. In a default, ``{repo}`` is the
-repository and ``{QUOTECITE_X}`` the text of a setting defined above (unset, it leaves this one unset). As in a shell's
-``${VAR:-default}``, an empty value counts as unset, except for a setting made with ``empty=True``.
+made by :func:`opt`; the docstring under it is its help; ``s.servers.health_timeout`` is ``QUOTECITE_HEALTH_TIMEOUT``.
+In a default, ``{repo}`` is the repository and ``{QUOTECITE_X}`` a setting above (unset, it leaves this one unset). As
+in a shell's ``${VAR:-default}``, an empty value counts as unset, except for a setting made with ``empty=True``.
 """
 
 from __future__ import annotations
@@ -15,16 +14,15 @@ if __name__ == "__main__" and not __package__:  # run by its path: its imports n
 import argparse
 import ast
 import difflib
-import inspect
 import ipaddress
+import itertools
 import json
 import os
 import re
 import shlex
 import sys
-import textwrap
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -35,14 +33,14 @@ from data_prep.validate import bounded_float, bounded_int, nonneg_int, one_of, p
 
 PREFIX = "QUOTECITE_"
 REPO = Path(__file__).resolve().parents[1]
-JUDGE_MODEL = "Qwen/Qwen3.5-9B"
-EMBED_MODEL = "Qwen/Qwen3-VL-Embedding-2B"
 READERS = ("launch", "reward", "eval", "prep", "test")
 """Who reads a setting: the launch, the trainer's reward (the launch sets these for it), the two arrays, the tests."""
 SOURCES = ("default", "file", "environment", "command line")
 """Where a value can come from, lowest layer first."""
 MAX_TEXT = 4096
 """A setting's value longer than this is refused (a path, a flag list, a URL list never is)."""
+URL_SCHEMES = frozenset({"http", "https"})
+"""What a server URL may start with (``scheme://``)."""
 
 
 class SettingsError(InputError):
@@ -91,26 +89,18 @@ def flags(value: str) -> list[str]:
         raise ValueError(f"cannot split into words: {str(e).lower()}") from None
 
 
+def command(value: str) -> list[str]:
+    """A program and its first arguments (``vllm serve``), split as the shell would; not empty."""
+    return flags(text(value))
+
+
 def server_flags(value: str) -> list[str]:
-    """Extra ``vllm serve`` flags, never one the launch sets: the job waits on the port it chose and the reward asks
-    for the model id."""
+    """Extra ``vllm serve`` flags, none the launch sets (the job waits on its port, the reward names the model)."""
     words = flags(value)
     for name in (w.split("=", 1)[0] for w in words):
         if name in ("--port", "--host", "--served-model-name", "--model"):
             raise ValueError(f"{name} is set by the launch (QUOTECITE_*_PORT, the node, the model id); leave it out")
     return words
-
-
-def command(value: str) -> list[str]:
-    """A program and its first arguments (``vllm serve``), split as the shell would; not empty."""
-    words = flags(value)
-    if not words:
-        raise ValueError("expected a command, got only blanks")
-    return words
-
-
-URL_SCHEMES = frozenset({"http", "https"})
-"""What a server URL may start with (``scheme://``)."""
 
 
 def url(value: str) -> str:
@@ -144,11 +134,11 @@ def _matching(pattern: str, what: str, max_len: int = 256) -> Callable[[str], st
     return parse
 
 
-model_id = _matching(r"[A-Za-z0-9_.][A-Za-z0-9_.\-/:@+]*", f"a model id such as {JUDGE_MODEL} (no blanks or quotes)")
+model_id = _matching(r"[A-Za-z0-9_.][A-Za-z0-9_.\-/:@+]*", "a model id such as Qwen/Qwen3.5-9B (no blanks or quotes)")
 version = _matching(r"[0-9]+(\.[0-9]+)*[A-Za-z0-9.+!-]*", "a version such as 0.32.0", 64)
+step_seconds = _matching(r"[1-9][0-9]{0,8}:[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?", "STEP:SECONDS such as 3:1.5")
 git_rev = _matching(r"(?!.*(\.\.|//))[A-Za-z0-9][A-Za-z0-9._/\-]*(?<![/.])(?<!\.lock)", "a git commit, tag or branch")
-"""By git's ref-name rules: no ``..`` or ``//``, no ending ``/``, ``.`` or ``.lock`` (it also names a folder of the
-set-up, which it can never lead out of)."""
+"""By git's ref-name rules (no ``..``, ``//``, ending ``/``, ``.`` or ``.lock``): it names a set-up folder too."""
 
 
 def array_ids(value: str) -> str:
@@ -175,8 +165,7 @@ def node_counts(value: str) -> list[int]:
 
 
 def node_addresses(value: str) -> dict[str, str]:
-    """``node=IP`` pairs, comma-separated (``gpu01=10.1.0.1,gpu02=10.1.0.2``); no loopback IP, which another node
-    could not reach."""
+    """``node=IP`` pairs (``gpu01=10.1.0.1,gpu02=10.1.0.2``); not a loopback IP, which no other node can reach."""
     out: dict[str, str] = {}
     for item in (x.strip() for x in value.split(",")):
         node, sep, addr = (x.strip() for x in item.partition("="))
@@ -192,17 +181,6 @@ def node_addresses(value: str) -> dict[str, str]:
             raise ValueError(f"{node} is given twice")
         out[node] = str(ip)
     return out
-
-
-def step_seconds(value: str) -> tuple[int, float]:
-    """``STEP:SECONDS`` (a stand-in trainer pauses SECONDS in the middle of saving STEP)."""
-    head, sep, tail = value.partition(":")
-    if not sep:
-        raise ValueError("expected STEP:SECONDS")
-    try:
-        return positive_int(head), positive_float(tail)
-    except argparse.ArgumentTypeError as e:
-        raise ValueError(f"expected STEP:SECONDS: {e}") from None
 
 
 port = bounded_int(0, 65535)
@@ -323,9 +301,9 @@ class Servers:
 class Models:
     """The models."""
 
-    judge_model: str = opt(JUDGE_MODEL, model_id, "model id", "launch,reward,eval")
+    judge_model: str = opt("Qwen/Qwen3.5-9B", model_id, "model id", "launch,reward,eval")
     """The judge vLLM serves and the reward names."""
-    embed_model: str = opt(EMBED_MODEL, model_id, "model id", "launch,eval")
+    embed_model: str = opt("Qwen/Qwen3-VL-Embedding-2B", model_id, "model id", "launch,eval")
     """The quote embedder vLLM serves."""
     judge_weights: Path | None = opt(None, path, "path", "launch,eval")
     """Local folder of the judge's weights (default: the model id, from HF_HOME)."""
@@ -383,8 +361,6 @@ class Software:
     """VLLM version of the server venv."""
     flash_attn: str = opt("flash-attn==2.8.3", str, "pip spec", "launch,eval", empty=True)
     """Flash-attn for the trainer venv (empty: skip)."""
-    env_lock_wait: float = opt("7200", seconds, "s", "launch,eval")
-    """How long a job waits for another job's install."""
     env_in_ci: bool = opt("0", flag, "0/1", "launch,eval")
     """Allow `python -m launch.setup setup` to install where CI=true."""
     hf_home: Path | None = opt(None, path, "path", "launch,eval")
@@ -473,7 +449,7 @@ class Test:
     """How long any one wait of a Slurm test may take."""
     standin_step_seconds: float = opt("1.0", seconds, "s", "test")
     """The stand-in trainer's step time."""
-    standin_slow_save: tuple[int, float] | None = opt(None, step_seconds, "STEP:s", "test")
+    standin_slow_save: str | None = opt(None, step_seconds, "STEP:s", "test")
     """The stand-in pauses mid-save of STEP."""
     standin_fail_at_start: str | None = opt(None, text, "", "test")
     """The stand-in trainer exits 1 with this message."""
@@ -497,14 +473,10 @@ class Test:
     """Where a benchmark writes its JSON (default: its own folder)."""
 
 
-def _full(name: str) -> str:
-    return name if name.startswith(PREFIX) else PREFIX + name.upper()
-
-
 @dataclass(frozen=True)
 class Settings:
     """Every setting, typed, by group: ``s.servers.health_timeout`` is ``QUOTECITE_HEALTH_TIMEOUT``'s value (None:
-    unset). Made by :func:`resolve`; a ``name`` below is ``QUOTECITE_X`` or the field name ``x``."""
+    unset). Made by :func:`resolve`; a ``name`` below is ``QUOTECITE_X``, ``group.x`` or ``x``."""
 
     run: Run = field(default_factory=Run)
     chain: Chain = field(default_factory=Chain)
@@ -521,18 +493,10 @@ class Settings:
     text is the value as typed, the default filled in (None: unset)."""
 
     def source(self, name: str) -> str:
-        return self.provenance[_full(name)][0]
+        return self.provenance[BY_KEY[name].name][0]
 
     def text(self, name: str) -> str | None:
-        return self.provenance[_full(name)][1]
-
-    def value(self, name: str) -> Any:
-        s = BY_NAME[_full(name)]
-        return getattr(getattr(self, s.group), s.short)
-
-    def items(self) -> list[tuple[Setting, Any, str]]:
-        """(setting, value, source) of every resolved setting, in :data:`SETTINGS` order."""
-        return [(BY_NAME[n], self.value(n), src) for n, (src, _) in self.provenance.items()]
+        return self.provenance[BY_KEY[name].name][1]
 
     def env(self, sources: tuple[str, ...] = SOURCES) -> dict[str, str]:
         """Every set setting (from ``sources``) as text for a child or the next job, which resolves it back to the
@@ -552,44 +516,31 @@ class Setting:
     key: str  # servers.health_timeout: its name in a settings file and in --set
     group: str
     help: str  # the field's docstring on one line
-    default: str | None
+    reader_set: frozenset[str]
+    refers_to: tuple[str, ...]  # the settings its default names (above it: tests/launch/test_settings.py)
+    default: str | None  # the rest: as given to opt()
     parse: Callable[[str], Any]
     unit: str
-    readers: str  # comma-separated, from READERS
-    reader_set: frozenset[str]
-    refers_to: tuple[str, ...]  # the settings its default names
+    readers: str
     empty: bool
 
 
-def _docstrings(cls: type) -> dict[str, str]:
-    """Each field's docstring (the string right under it), on one line."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    out = {}
-    for a, b in zip(body, body[1:], strict=False):
-        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
-            out[a.target.id] = " ".join(str(b.value.value).split())
-    return out
-
-
 def _table() -> tuple[dict[str, str], tuple[Setting, ...]]:
-    """The groups (name -> what they cover, from the class docstring) and one :class:`Setting` per field."""
+    """The groups (name -> what they cover, from the class docstring) and one :class:`Setting` per field, its help
+    the string under the field in this file."""
+    docs = {}
+    for node in ast.parse(Path(__file__).read_text(encoding="utf-8")).body:
+        for a, b in itertools.pairwise(node.body if isinstance(node, ast.ClassDef) else []):
+            if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
+                docs[a.target.id] = " ".join(str(b.value.value).split())
     groups, rows = {}, []
     for group, cls in _GROUP_CLASSES.items():
         groups[group] = cls.__doc__[0].lower() + cls.__doc__[1:].rstrip(".")
-        docs = _docstrings(cls)
         for f in fields(cls):
-            if f.name not in docs:
-                raise RuntimeError(f"setting {group}.{f.name} has no docstring")
+            readers = frozenset(f.metadata["readers"].split(","))
             refs = tuple(r for r in _TEMPLATE.findall(f.metadata["default"] or "") if r != "repo")
-            for ref in refs:  # resolve() fills in the defaults in one pass, in table order
-                if ref not in {r.name for r in rows}:
-                    raise RuntimeError(f"setting {group}.{f.name}'s default names {ref}, not a setting above it")
-            reader_set = frozenset(f.metadata["readers"].split(","))
-            key = f"{group}.{f.name}"
-            name = PREFIX + f.name.upper()
-            rows.append(
-                Setting(name, f.name, key, group, docs[f.name], **f.metadata, reader_set=reader_set, refers_to=refs)
-            )
+            name, key = PREFIX + f.name.upper(), f"{group}.{f.name}"
+            rows.append(Setting(name, f.name, key, group, docs.get(f.name, ""), readers, refs, **f.metadata))
     return groups, tuple(rows)
 
 
@@ -601,11 +552,6 @@ BY_KEY: dict[str, Setting] = {**{s.short: s for s in SETTINGS}, **{s.key: s for 
 
 
 # ------------------------------------------------------------------------------------------------- resolving
-def _show(value: str) -> str:
-    """A value for a message: quoted, cut short when long."""
-    return f"{value[:40]!r}... ({len(value)} characters)" if len(value) > 60 else repr(value)
-
-
 def _suggest(key: str, known, prefix: str = "") -> str:
     """`` (did you mean X?)`` for the known name closest to ``key`` (compared without ``prefix``), else ``""``."""
     names = [str(k).removeprefix(prefix) for k in known]
@@ -641,25 +587,25 @@ def _read_file(path: Path, problems: list[str]) -> dict[str, str]:
         return out
     for group, values in data.items():
         if group not in GROUPS:
-            problems.append(
-                f"{where}: {group!r} is not a group{_suggest(str(group), GROUPS)} (groups: {', '.join(GROUPS)})"
-            )
-        elif not isinstance(values, dict):
+            hint = _suggest(str(group), GROUPS)
+            problems.append(f"{where}: {group!r} is not a group{hint} (groups: {', '.join(GROUPS)})")
+            continue
+        if not isinstance(values, dict):
             problems.append(f"{where}: {group}: expected its settings as name: value")
-        else:
-            for short, value in values.items():
-                s, other = BY_KEY.get(f"{group}.{short}"), BY_KEY.get(str(short))
-                if s is None:
-                    in_group = [x.short for x in SETTINGS if x.group == group]
-                    hint = f" ({short} is in group {other.group})" if other else _suggest(str(short), in_group)
-                    problems.append(f"{where}: {group}.{short} is not a setting{hint}")
-                elif s.name == PREFIX + "CONFIG":
-                    problems.append(f"{where}: {s.key} cannot be set in a settings file")
-                elif value is not None:
-                    try:
-                        out[s.name] = _as_text(s, value)
-                    except ValueError as e:
-                        problems.append(f"{where}: {s.key}: {e}")
+            continue
+        for short, value in values.items():
+            s, other = BY_KEY.get(f"{group}.{short}"), BY_KEY.get(str(short))
+            if s is None:
+                in_group = [x.short for x in SETTINGS if x.group == group]
+                hint = f" ({short} is in group {other.group})" if other else _suggest(str(short), in_group)
+                problems.append(f"{where}: {group}.{short} is not a setting{hint}")
+            elif s.name == PREFIX + "CONFIG":
+                problems.append(f"{where}: {s.key} cannot be set in a settings file")
+            elif value is not None:
+                try:
+                    out[s.name] = _as_text(s, value)
+                except ValueError as e:
+                    problems.append(f"{where}: {s.key}: {e}")
     return out
 
 
@@ -677,7 +623,7 @@ def resolve(
     repo: Path,
     readers: set[str] | None = None,
     file: Path | None = None,
-    sets: list[str] | tuple[str, ...] = (),
+    sets: Sequence[str] = (),
 ) -> Settings:
     """Read, check and complete the settings: each from ``--set`` (``sets``), else the environment ``env``, else the
     settings file (``file``, else ``QUOTECITE_CONFIG``), else its default (``{repo}`` in a default: ``repo``).
@@ -708,48 +654,46 @@ def resolve(
     picked = {s.name: _pick(s, layers) for s in SETTINGS}
     wanted = {n for n, (source, _) in picked.items() if readers is None or source != "default"}
     wanted |= {s.name for s in SETTINGS if s.reader_set & set(readers or ())}
-    for s in reversed(SETTINGS):  # a default names settings above it only (checked by _table)
+    for s in reversed(SETTINGS):  # a default names settings above it only
         if s.name in wanted and picked[s.name][0] == "default":
             wanted.update(s.refers_to)
-    resolved: dict[str, tuple[Any, str, str | None]] = {}  # name -> (value, source, text)
+    values, provenance = {}, {}
     for s in (s for s in SETTINGS if s.name in wanted):
-        source, value_text = picked[s.name]
+        source, raw = picked[s.name]
         origin = {"file": f" (from {config})", "command line": " (from --set)"}.get(source, "")
-        if source == "default" and value_text is not None:
-            if any(ref not in resolved for ref in s.refers_to):
+        if source == "default" and raw is not None:
+            if any(ref not in values for ref in s.refers_to):
                 continue  # a setting it is made from is wrong: reported there
-            parts = {"repo": str(repo)} | {ref: resolved[ref][2] for ref in s.refers_to}
-            if None in parts.values():
-                value_text = None  # the default names an unset setting: unset too
-            else:
-                for ref, ref_text in parts.items():
-                    value_text = value_text.replace(f"{{{ref}}}", ref_text)
-                origin = f" (its default, from {', '.join(s.refers_to)})" if s.refers_to else ""
+            parts = {"repo": str(repo)} | {ref: provenance[ref][1] for ref in s.refers_to}
+            for ref, ref_text in parts.items():  # naming an unset setting, it is unset too
+                raw = None if raw is None or ref_text is None else raw.replace(f"{{{ref}}}", ref_text)
+            origin = f" (its default, from {', '.join(s.refers_to)})" if s.refers_to else ""
         try:
-            value = None if value_text is None else s.parse(_one_line(value_text))
+            values[s.name] = None if raw is None else s.parse(_one_line(raw))
         except (argparse.ArgumentTypeError, ValueError) as e:  # InputError is a ValueError
-            problems.append(f"{s.name}={_show(value_text)}{origin}: {e}")
+            shown = f"{raw[:40]!r}... ({len(raw)} characters)" if len(raw) > 60 else repr(raw)
+            problems.append(f"{s.name}={shown}{origin}: {e}")
             continue
-        resolved[s.name] = (value, source, value_text)
+        provenance[s.name] = (source, raw)
     for tasks, shards in (("PREP_TASKS", "PREP_SHARDS"), ("EVAL_TASKS", "EVAL_SHARDS")):
-        ids, count = (resolved.get(PREFIX + name, (None,))[0] for name in (tasks, shards))
+        ids, count = (values.get(PREFIX + name) for name in (tasks, shards))
         top = max(int(part.split("-")[-1]) for part in ids.split(",")) if ids else 0
         if count and top > count:  # task ids past the shard count would run shards that do not exist
             problems.append(f"{PREFIX}{tasks}={ids}: task {top} is past {PREFIX}{shards}={count} (ids are 1..{count})")
     if problems:
         raise SettingsError(problems)
-    values: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
-    for name, (value, _, _) in resolved.items():
-        values[BY_NAME[name].group][BY_NAME[name].short] = value
-    groups = {g: cls(**values[g]) for g, cls in _GROUP_CLASSES.items()}
-    return Settings(**groups, provenance={n: (src, t) for n, (_, src, t) in resolved.items()})
+    groups = {g: {} for g in GROUPS}
+    for name, value in values.items():
+        groups[BY_NAME[name].group][BY_NAME[name].short] = value
+    return Settings(**{g: cls(**groups[g]) for g, cls in _GROUP_CLASSES.items()}, provenance=provenance)
 
 
 # ------------------------------------------------------------------------------------------------- rendering
-def _by_group(test: bool) -> dict[str, list[Setting]]:
+def _by_group(test: bool, readers: set[str] | None = None) -> dict[str, list[Setting]]:
     """The user's settings by group, or (``test``) the tests', CI's and benchmarks' own (kept out of the user's
-    tables: ``--help``, the settings reference)."""
-    return {g: [s for s in SETTINGS if s.group == g] for g in GROUPS if (g == "test") == test}
+    tables: ``--help``, the settings reference); ``readers``: only those these read."""
+    groups = {g: [s for s in SETTINGS if s.group == g and (readers is None or s.reader_set & readers)] for g in GROUPS}
+    return {g: rows for g, rows in groups.items() if rows and (g == "test") == test}
 
 
 def _default_text(s: Setting) -> str:
@@ -759,8 +703,7 @@ def _default_text(s: Setting) -> str:
 def render_help(test: bool = False, readers: set[str] | None = None) -> str:
     """The user's settings by group, one line each: name, default, unit, help (the launch's ``--help``); ``test``:
     the tests' and benchmarks' knobs instead; ``readers``: only the settings these read (an array's ``--help``)."""
-    groups = {g: [s for s in rows if readers is None or s.reader_set & readers] for g, rows in _by_group(test).items()}
-    groups = {g: rows for g, rows in groups.items() if rows}
+    groups = _by_group(test, readers)
     shown = [s for rows in groups.values() for s in rows]
     w_name = max(len(s.name) for s in shown)
     w_def = min(28, max(len(_default_text(s)) for s in shown))
@@ -795,14 +738,14 @@ def render_markdown(test: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_yaml() -> str:
-    """A settings file to start a ``--config`` from: every user setting by group, its help, then the setting with its
-    default, commented out (a file of the defaults would pin them against a later release's)."""
+def render_yaml(test: bool = False) -> str:
+    """A ``--config`` to start from: every user setting (``test``: the tests' knobs) by group, its help, then it with
+    its default, commented out (a file of the defaults would pin them against a later release's)."""
     lines = [
         "# quotecite launch settings: --config FILE (or QUOTECITE_CONFIG); the environment and --set override it.",
         "# Uncomment and change what you need; `python -m launch.settings show --config FILE` checks it.",
     ]
-    for group, rows in _by_group(test=False).items():
+    for group, rows in _by_group(test).items():
         lines += ["", f"{group}:  # {GROUPS[group]}"]
         for s in rows:
             lines.append(f"  # {s.help}" + (f" [{s.unit}]" if s.unit else ""))
@@ -813,11 +756,8 @@ def render_yaml() -> str:
 def render_resolved(s: Settings) -> str:
     """``NAME = value (source)`` for every resolved setting."""
     w = max((len(name) for name in s.provenance), default=0)
-    lines = []
-    for name, (source, t) in s.provenance.items():
-        shown = "(unset)" if t is None else t or '""'
-        lines.append(f"{name:<{w}} = {shown} ({source})\n")
-    return "".join(lines)
+    shown = {name: "(unset)" if t is None else t or '""' for name, (_, t) in s.provenance.items()}
+    return "".join(f"{name:<{w}} = {shown[name]} ({s.source(name)})\n" for name in s.provenance)
 
 
 # ------------------------------------------------------------------------------------------------- command line
@@ -831,29 +771,24 @@ def add_layer_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.settings", description=__doc__.split("\n\n")[0])
-    what_help = "table (default), markdown (for the docs), yaml (a --config to start from), show (the values)"
-    parser.add_argument(
-        "what", nargs="?", default="table", choices=("table", "markdown", "yaml", "show"), help=what_help
-    )
-    parser.add_argument("--test", action="store_true", help="table, markdown: the tests', CI's and benchmarks' knobs")
+    render = {"table": render_help, "markdown": render_markdown, "yaml": render_yaml}
+    what = "table (default), markdown (for the docs), yaml (a --config to start from), show (the values)"
+    parser.add_argument("what", nargs="?", default="table", choices=[*render, "show"], help=what)
+    parser.add_argument("--test", action="store_true", help="table, markdown, yaml: the tests' and benchmarks' knobs")
     add_layer_arguments(parser)
     parser.add_argument("--readers", help=f"show: only what these read (comma-separated: {', '.join(READERS)})")
     args = parser.parse_args(argv)
-    if args.what == "table":
-        sys.stdout.write(render_help(args.test))
-    elif args.what == "markdown":
-        sys.stdout.write(render_markdown(args.test))
-    elif args.what == "yaml":
-        sys.stdout.write(render_yaml())
-    else:
-        readers = None if args.readers is None else {r.strip() for r in args.readers.split(",") if r.strip()}
-        if readers is not None and not readers <= set(READERS):
-            parser.error(f"--readers: expected some of {', '.join(READERS)}, got {args.readers!r}")
-        try:
-            sys.stdout.write(render_resolved(resolve(os.environ, REPO, readers, args.config, args.set)))
-        except SettingsError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+    if args.what in render:
+        sys.stdout.write(render[args.what](args.test))
+        return 0
+    readers = None if args.readers is None else {r.strip() for r in args.readers.split(",") if r.strip()}
+    if readers is not None and not readers <= set(READERS):
+        parser.error(f"--readers: expected some of {', '.join(READERS)}, got {args.readers!r}")
+    try:
+        sys.stdout.write(render_resolved(resolve(os.environ, REPO, readers, args.config, args.set)))
+    except SettingsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

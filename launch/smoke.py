@@ -1,8 +1,8 @@
 """The first GPU day: ``bash launch/grpo_8b.sh --smoke`` runs the recipe for two steps and says what it measured.
 
-What it changes, samples, runs after the job and compares is in docs/cluster.md ("The smoke run"); ``--smoke
---dry-run`` prints it. :mod:`launch.job` calls :func:`environment`, :func:`overrides` and :func:`check_inputs`
-before the job, :func:`start_sampler` and :func:`after` around it; ``python -m launch.smoke sample`` is the sampler.
+What it changes, samples, runs after the job and compares: docs/cluster.md ("The smoke run"); ``--smoke --dry-run``
+prints it. :mod:`launch.job` calls :func:`environment`, :func:`overrides` and :func:`check_inputs` before the job,
+:func:`start_sampler` and :func:`after` around it; ``python -m launch.smoke sample`` is the sampler.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,9 @@ from launch.executor import Executor, Proc, Step
 from launch.merge import read_log_records
 
 SMOKE_STEPS = 2
-QUESTIONS = 2
-"""Questions ``eval infer`` answers with the saved adapter (``--limit``)."""
+QUESTIONS = 2  # the questions eval infer answers with the saved adapter (--limit)
 SAMPLE_EVERY_S = 30.0
-OWN_OVERRIDES = {"trainer.save_freq": "1", "trainer.val_freq": "1"}
-"""EasyR1 keys the smoke run sets itself: a checkpoint and a validation at each of its steps."""
+OWN_OVERRIDES = {"trainer.save_freq": "1", "trainer.val_freq": "1"}  # a checkpoint and a validation at each step
 MEMORY_FILE = "smoke_memory.json"
 SUMMARY_FILE = "smoke_summary.txt"
 REPO = Path(__file__).resolve().parents[1]
@@ -59,8 +56,8 @@ def overrides(args: list[str]) -> list[str]:
 
 
 def check_inputs(s, dry: bool) -> None:
-    """Before any GPU time: the gold file and the block cache ``eval infer`` needs at the end (``eval infer`` reads
-    gold records, which the training parquet is not)."""
+    """Before any GPU time: the gold file and block cache ``eval infer`` needs at the end (it reads gold records,
+    which the training parquet is not)."""
     if dry:
         return
     gold, cache = s.eval.eval_gold, s.eval.eval_cache_dir or s.run.cache_dir
@@ -82,137 +79,93 @@ def start_sampler(job, ex: Executor) -> Proc:
     if not ex.dry:
         (run / "logs").mkdir(parents=True, exist_ok=True)
     own = " ".join(f"{k}={v}" for k, v in OWN_OVERRIDES.items())
-    ex.note(
-        f"smoke run: {SMOKE_STEPS} steps in {run} (never a real run's checkpoints), {own}, no next job "
-        "(QUOTECITE_CHAIN=0)"
-    )
-    ex.note(
-        f"smoke: host memory from sstat (each job step's MaxRSS) and GPU memory from nvidia-smi every "
-        f"{SAMPLE_EVERY_S:g}s into {run / MEMORY_FILE}"
-    )
+    ex.note(f"smoke run: {SMOKE_STEPS} steps in {run} (never a real run's checkpoints), {own}, no next job")
     argv = [job.software["launch_python"], "-m", "launch.smoke", "sample", "--job", job.job_id]
     argv += ["--out", str(run / MEMORY_FILE), "--every", f"{SAMPLE_EVERY_S:g}"]
-    env = {"PYTHONPATH": str(REPO)}
-    return ex.start(Step("start", "sstat", argv, env=env, gpus=None, log=str(run / "logs" / "sstat.log")))
+    log = str(run / "logs" / "sstat.log")
+    return ex.start(Step("start", "sstat", argv, env={"PYTHONPATH": str(REPO)}, gpus=None, log=log))
 
 
 def after(job, ex: Executor, rc: int, sampler: Proc | None) -> int:
-    """After the two steps: stop the sampler, ``eval infer`` with the saved adapter, the summary."""
+    """After the two steps: stop the sampler, ``eval infer`` of :data:`QUESTIONS` questions with the saved adapter
+    on the first trainer GPU, the summary."""
     ex.note("smoke: stop the sampler")
     if sampler is not None:
         sampler.stop(10)
-    run = job.run_dir
+    s, run = job.s, job.run_dir
     adapter = run / "checkpoints" / f"global_step_{SMOKE_STEPS}" / "actor" / "lora_adapter"
-    if rc == 0 and (ex.dry or (adapter / "adapter_config.json").is_file()):
-        rc = infer(job, ex, adapter)
-    elif rc == 0:
+    if rc != 0:
+        job.log(f"smoke: the job ended with exit {rc}; no inference")
+    elif not ex.dry and not (adapter / "adapter_config.json").is_file():
         job.log(f"smoke: no LoRA adapter at {adapter}; no inference")
         rc = 1
     else:
-        job.log(f"smoke: the job ended with exit {rc}; no inference")
+        py = list(s.eval.infer_cmd or []) or [job.software.get("server_python", "python3"), "-m", "eval", "infer"]
+        out, log = run / "smoke_eval" / "predictions.jsonl", run / "logs" / "smoke_infer.log"
+        gold = str(s.eval.eval_gold or "GOLD.jsonl")
+        cache = str(s.eval.eval_cache_dir or s.run.cache_dir or "CACHE_DIR")
+        argv = [*py, "--model", str(job.p.policy_model), "--lora", str(adapter), "--gold", gold]
+        argv += ["--interface", "language", "--cache-dir", cache, "--limit", str(QUESTIONS), "--out", str(out)]
+        gpu = job.trainer_gpus.split(",")[0]
+        if not ex.dry:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        env = {**job.software["env"], "PYTHONPATH": str(REPO)}
+        rc = ex.start(Step("start", "infer", argv, env=env, gpus=gpu, log=str(log))).wait() or 0
+        if rc:
+            job.log(f"smoke: eval infer failed (exit {rc}); see {log}")
+        else:
+            job.log(f"smoke: eval infer answered with the adapter: {out}")
+    est, est_notes = estimates(job)
 
     def summary() -> None:
-        gpus = [int(g) for g in job.trainer_gpus.split(",") if g.isdigit()]
-        text = summary_table(read_measured(run), estimates(job), gpus)
+        got, notes = measured(run, [int(g) for g in job.trainer_gpus.split(",") if g.isdigit()])
+        text = summary_table(got, est, notes + est_notes)
         atomic_write_text(run / SUMMARY_FILE, text + "\n")
         print(text, file=sys.stderr, flush=True)
 
-    ex.call(
-        "smoke-summary",
-        f"print what the run measured (step seconds of EasyR1's experiment_log.jsonl, peak host "
-        f"RSS from sstat, GPU memory) next to python -m launch.budget memory and gpu; write {run / SUMMARY_FILE}",
-        summary,
-    )
+    what = "print the step seconds, host RSS and GPU memory measured next to python -m launch.budget memory and gpu"
+    ex.call("smoke-summary", f"{what}; write {run / SUMMARY_FILE}", summary)
     if ex.dry:  # what the table will compare with, as far as this machine can tell
-        e = estimates(job)
-        host = "-" if e.host_mem_gib is None else f"{e.host_peak_gib:.1f} GiB (--mem={e.host_mem_gib:.0f}G)"
-        peak = e.trainer_peak()
-        gpu = "-" if peak is None else f"{peak[0]:.1f} GiB ({peak[1]}, {e.gpu})"
-        ex.note(f"smoke: estimates to compare with: host peak {host}; trainer GPU {gpu}")
-        for n in e.notes:
-            ex.note(f"smoke: {n}")
+        host, trainer = est.get(HOST, "-"), est.get(TRAINER, "-")
+        for line in [f"estimates to compare with: host peak {host}; trainer GPU {trainer}", *est_notes]:
+            ex.note(f"smoke: {line}")
     return rc
 
 
-def infer(job, ex: Executor, adapter: Path) -> int:
-    """``eval infer`` of :data:`QUESTIONS` questions with ``adapter``, on the first trainer GPU."""
-    s, run = job.s, job.run_dir
-    py = list(s.eval.infer_cmd or []) or [job.software.get("server_python", "python3"), "-m", "eval", "infer"]
-    out = run / "smoke_eval" / "predictions.jsonl"
-    gold = str(s.eval.eval_gold or "GOLD.jsonl")
-    cache = str(s.eval.eval_cache_dir or s.run.cache_dir or "CACHE_DIR")
-    argv = [*py, "--model", str(job.p.policy_model), "--lora", str(adapter), "--gold", gold, "--interface", "language"]
-    argv += ["--cache-dir", cache, "--limit", str(QUESTIONS), "--out", str(out)]
-    gpu = job.trainer_gpus.split(",")[0]
-    ex.note(f"smoke: eval infer with the adapter of step {SMOKE_STEPS} on {QUESTIONS} questions (GPU {gpu})")
-    if not ex.dry:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    log = run / "logs" / "smoke_infer.log"
-    env = {**job.software["env"], "PYTHONPATH": str(REPO)}
-    rc = ex.start(Step("start", "infer", argv, env=env, gpus=gpu, log=str(log))).wait() or 0
-    if rc:
-        job.log(f"smoke: eval infer failed (exit {rc}); see {log}")
-    else:
-        job.log(f"smoke: eval infer answered with the adapter: {out}")
-    return rc
+# --------------------------------------------------------------------------------------------- the summary
+STEP, HOST = "step time", "peak host RSS (sstat MaxRSS)"
+TRAINER, RESERVED = "trainer GPU memory (nvidia-smi)", "trainer GPU (EasyR1 max reserved)"
+SERVING = "serving GPU memory (nvidia-smi)"
+ROWS = (STEP, HOST, TRAINER, RESERVED, SERVING)  # the table's rows: measured() and estimates() give their cells
 
 
-def estimates(job) -> Estimates:
-    """What ``python -m launch.budget memory`` and ``gpu`` estimate for the job's recipe, overrides and layout (the
-    GPU kind from Slurm's gres, else the NVIDIA driver)."""
+def estimates(job) -> tuple[dict[str, str], list[str]]:
+    """The estimate column, by row, and what could not be estimated: ``python -m launch.budget memory`` and ``gpu``
+    for the job's recipe, overrides and layout (the GPU kind from Slurm's gres, else the NVIDIA driver)."""
     from launch import budget, budget_gpu  # not at the top: the sampler's process needs neither
 
-    lay, est, over = job.layout, Estimates(), job.overrides[1:]
+    lay, over, cells, notes = job.layout, job.overrides[1:], {}, []
     per_node, nodes, judges = lay.train_gpus_per_node, len(lay.trainer_nodes), len(lay.judges)
     try:
         plan = budget.plan_from_recipe(job.recipe, over, n_gpus_per_node=per_node, nnodes=nodes, judge_replicas=judges)
-        est.host_mem_gib, est.host_peak_gib = float(plan.estimate.total_gib), plan.estimate.peak_gib
+        cells[HOST] = f"{plan.estimate.peak_gib:.1f} GiB (--mem={plan.estimate.sbatch_mem})"
     except InputError as err:
-        est.notes.append(f"launch.budget memory: {err}")
+        notes.append(f"launch.budget memory: {err}")
     gpu = budget_gpu.gpu_from_slurm(job.environ)[0] or budget_gpu.gpu_from_driver()[0]
     if gpu is None:
-        est.notes.append("launch.budget gpu: no GPU kind known (Slurm's gres or the NVIDIA driver)")
-        return est
+        return cells, [*notes, "launch.budget gpu: no GPU kind known (Slurm's gres or the NVIDIA driver)"]
     m, sv, serve = job.s.models, job.s.servers, len({(n, p) for _, n, p in lay.server_gpus()})
     servers = budget_gpu.ServerPlan(m.judge_model, m.embed_model, sv.judge_gpu_util, sv.embed_gpu_util, serve, judges)
     try:
-        b = budget_gpu.budget_from_recipe(job.recipe, over, gpu, per_node * nodes, servers)
+        phases = budget_gpu.budget_from_recipe(job.recipe, over, gpu, per_node * nodes, servers).phases
     except InputError as err:
-        est.notes.append(f"launch.budget gpu: {err}")
-        return est
-    est.gpu = f"{gpu.name} {gpu.gib:.0f} GiB"
-    est.gpu_phases = {(p.gpu, p.phase): p.need_gib for p in b.phases}
-    return est
-
-
-# --------------------------------------------------------------------------------------------- measured
-@dataclass
-class Measured:
-    """What the smoke run measured: by step, EasyR1's ``timing_s/step`` (checkpoint and validation included) and
-    ``perf/max_memory_reserved_gb`` (the actor's peak on its GPU, vLLM's freed part out); the largest ``MaxRSS`` of
-    each job step (``123.batch``) and memory in use of each GPU index over the samples."""
-
-    step_seconds: dict[int, float] = field(default_factory=dict)
-    reserved_gib: dict[int, float] = field(default_factory=dict)
-    rss_gib: dict[str, float] = field(default_factory=dict)
-    gpu_gib: dict[int, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Estimates:
-    """What the budgets estimate: ``host_mem_gib`` is ``launch.budget memory``'s ``--mem`` (margin included),
-    ``host_peak_gib`` the same before the margin; ``gpu_phases``: (``trainer`` or ``server N``, phase) -> GiB."""
-
-    host_mem_gib: float | None = None
-    host_peak_gib: float | None = None
-    gpu: str = ""
-    gpu_phases: dict[tuple[str, str], float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def trainer_peak(self) -> tuple[float, str] | None:
-        """(GiB, phase) of the trainer GPU's largest phase."""
-        return max(((g, ph) for (w, ph), g in self.gpu_phases.items() if w == "trainer"), default=None)
+        return cells, [*notes, f"launch.budget gpu: {err}"]
+    need = {(p.gpu, p.phase): p.need_gib for p in phases}
+    peak, phase = max((g, ph) for (on, ph), g in need.items() if on == "trainer")
+    cells[TRAINER] = f"{peak:.1f} GiB ({phase}, {gpu.name} {gpu.gib:.0f} GiB)"
+    cells[RESERVED] = _gib(need.get(("trainer", "update")), " (update)")
+    cells[SERVING] = _gib(need.get(("server 1", "serving")))
+    return cells, notes
 
 
 def _number(v: Any) -> float | None:
@@ -220,91 +173,78 @@ def _number(v: Any) -> float | None:
 
 
 def _metric(row: dict, group: str, key: str) -> float | None:
-    """``row["timing_s/step"]``, or ``row["timing_s"]["step"]`` as EasyR1's file logger writes it."""
-    v = row.get(f"{group}/{key}")
-    if v is None and isinstance(row.get(group), dict):
-        v = row[group].get(key)
-    return _number(v)
+    """``row[group][key]``: EasyR1's file logger nests its metrics (``{"timing_s": {"step": 912.4}}``)."""
+    values = row.get(group)
+    return _number(values.get(key)) if isinstance(values, dict) else None
 
 
-def read_samples(path: Path, m: Measured) -> None:
-    """The peaks of the sampler's file into ``m``."""
-    if not path.is_file():
-        m.notes.append(f"no memory samples ({path} does not exist)")
-        return
-    d = read_json(path)
-    if not isinstance(d, dict) or not isinstance(d.get("samples"), list):
-        raise InputError(f"{path}: expected an object with a samples list")
-    m.notes += [str(n) for n in d.get("notes", [])]
-    for smp in d["samples"]:
-        for step, kib in (smp.get("max_rss_kib") or {}).items():
-            if (v := _number(kib)) is not None:
-                m.rss_gib[step] = max(m.rss_gib.get(step, 0.0), v / 2**20)
-        for g in smp.get("gpus") or []:
-            idx, mib = g.get("index"), _number(g.get("memory_used_mib"))
-            if isinstance(idx, int) and mib is not None:
-                m.gpu_gib[idx] = max(m.gpu_gib.get(idx, 0.0), mib / 1024)
-
-
-def read_measured(run_dir: Path) -> Measured:
-    """Every segment's ``experiment_log.jsonl`` (a rerun step: its last record) and the memory samples."""
-    m = Measured()
-    logs = sorted(run_dir.glob("segments/*/experiment_log.jsonl"))
-    if not logs:
-        m.notes.append(f"no experiment_log.jsonl under {run_dir}/segments")
-    for log in logs:
-        rows, torn = read_log_records(log)
-        if torn:
-            m.notes.append(f"{log}: {torn} torn line(s) left out")
-        for row in rows:
-            step = row.get("step")
-            if not isinstance(step, int) or isinstance(step, bool):
-                continue
-            if t := _metric(row, "timing_s", "step"):
-                m.step_seconds[step] = t
-            if (g := _metric(row, "perf", "max_memory_reserved_gb")) is not None:
-                m.reserved_gib[step] = g
-    read_samples(run_dir / MEMORY_FILE, m)
-    return m
-
-
-def _gib(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f} GiB"
+def _gib(v: float | None, what: str = "") -> str:
+    return "-" if v is None else f"{v:.1f} GiB{what}"
 
 
 def _secs(t: float) -> str:
     return f"{t:.0f}" if t >= 100 else f"{t:.1f}"
 
 
-def summary_table(m: Measured, e: Estimates, trainer_gpus: list[int] | None = None) -> str:
-    """The measurements next to the estimates, one row a quantity. ``trainer_gpus``: the ``nvidia-smi`` indices of
-    the trainer's GPUs; every other sampled GPU is taken as a serving GPU."""
-    times = [m.step_seconds[k] for k in sorted(m.step_seconds)]
+def measured(run_dir: Path, trainer_gpus: list[int]) -> tuple[dict[str, str], list[str]]:
+    """The measured column, by row, and what could not be read: EasyR1's ``timing_s/step`` and
+    ``perf/max_memory_reserved_gb`` of each step (a rerun step: its last record), the peaks of the samples.
+    ``trainer_gpus``: the ``nvidia-smi`` indices of the trainer's GPUs; every other GPU is taken as a serving GPU."""
+    seconds, reserved, rss, gpus, notes = {}, {}, {}, {}, []
+    logs = sorted(run_dir.glob("segments/*/experiment_log.jsonl"))
+    if not logs:
+        notes.append(f"no experiment_log.jsonl under {run_dir}/segments")
+    for log in logs:
+        rows, torn = read_log_records(log)
+        if torn:
+            notes.append(f"{log}: {torn} torn line(s) left out")
+        for row in rows:
+            step = row.get("step")
+            if isinstance(step, int) and not isinstance(step, bool):
+                if t := _metric(row, "timing_s", "step"):
+                    seconds[step] = t
+                if (g := _metric(row, "perf", "max_memory_reserved_gb")) is not None:
+                    reserved[step] = g
+    samples, d = run_dir / MEMORY_FILE, {"samples": []}
+    if samples.is_file():
+        d = read_json(samples)
+    else:
+        notes.append(f"no memory samples ({samples} does not exist)")
+    if not isinstance(d, dict) or not isinstance(d.get("samples"), list):
+        raise InputError(f"{samples}: expected an object with a samples list")
+    notes += [str(n) for n in d.get("notes", [])]
+    for smp in d["samples"]:
+        for job_step, kib in (smp.get("max_rss_kib") or {}).items():
+            if (v := _number(kib)) is not None:
+                rss[job_step] = max(rss.get(job_step, 0.0), v / 2**20)
+        for g in smp.get("gpus") or []:
+            idx, mib = g.get("index"), _number(g.get("memory_used_mib"))
+            if isinstance(idx, int) and mib is not None:
+                gpus[idx] = max(gpus.get(idx, 0.0), mib / 1024)
+    times = [seconds[k] for k in sorted(seconds)]
+    each = "; ".join(f"{k} {v:.1f}" for k, v in sorted(rss.items()))
+    trainer = set(trainer_gpus)
     step = "- (no timing_s/step logged)"
     if times:
         step = f"{_secs(statistics.median(times))} s (steps: {', '.join(map(_secs, times))})"
-    each = "; ".join(f"{k} {v:.1f}" for k, v in sorted(m.rss_gib.items()))
-    host = _gib(sum(m.rss_gib.values()) if m.rss_gib else None) + (f" ({each})" if each else "")
-    host_est = "-" if e.host_mem_gib is None else f"{e.host_peak_gib:.1f} GiB, --mem={e.host_mem_gib:.0f}G"
-    tg = set(trainer_gpus or [])
-    on_trainer = [v for i, v in m.gpu_gib.items() if not tg or i in tg]
-    serving = [v for i, v in m.gpu_gib.items() if tg and i not in tg]
-    peak, update = e.trainer_peak(), e.gpu_phases.get(("trainer", "update"))
-    peak_est = "-" if peak is None else f"{peak[0]:.1f} GiB ({peak[1]}; launch.budget gpu, {e.gpu})"
-    update_est = "-" if update is None else f"{update:.1f} GiB (update)"
-    server_need = e.gpu_phases.get(("server 1", "serving"))
-    rows = [
-        ("step time", step, "-"),
-        ("peak host RSS (sstat MaxRSS)", host, f"{host_est} (launch.budget memory)"),
-        ("trainer GPU memory (nvidia-smi)", _gib(max(on_trainer, default=None)), peak_est),
-        ("trainer GPU (EasyR1 max reserved)", _gib(max(m.reserved_gib.values(), default=None)), update_est),
-        ("serving GPU memory (nvidia-smi)", _gib(max(serving, default=None)), _gib(server_need)),
-    ]
+    cells = {
+        STEP: step,
+        HOST: _gib(sum(rss.values()) if rss else None, f" ({each})" if each else ""),
+        TRAINER: _gib(max((v for i, v in gpus.items() if not trainer or i in trainer), default=None)),
+        RESERVED: _gib(max(reserved.values(), default=None)),
+        SERVING: _gib(max((v for i, v in gpus.items() if trainer and i not in trainer), default=None)),
+    }
+    return cells, notes
+
+
+def summary_table(got: dict[str, str], estimated: dict[str, str], notes: list[str]) -> str:
+    """The measured column next to the estimates, one row of :data:`ROWS` a quantity (``-``: none), then notes."""
+    rows = [(name, got.get(name, "-"), estimated.get(name, "-")) for name in ROWS]
     w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
-    lines = [f"{'smoke run':<{w0}}  {'measured':<{w1}}  estimate", f"{'-' * w0}  {'-' * w1}  --------"]
+    head = f"{'smoke run':<{w0}}  {'measured':<{w1}}  estimate (python -m launch.budget memory, gpu)"
+    lines = [head, f"{'-' * w0}  {'-' * w1}  --------"]
     lines += [f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
-    lines += [f"note: {n}" for n in [*m.notes, *e.notes]]
-    return "\n".join(lines)
+    return "\n".join(lines + [f"note: {n}" for n in notes])
 
 
 # --------------------------------------------------------------------------------------------- the sampler
@@ -378,12 +318,11 @@ def sample_loop(job_id: str, out: Path, every: float, count: int | None = None) 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m launch.smoke", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="what", required=True)
-    sp = sub.add_parser("sample", help="sample sstat and nvidia-smi into a JSON file until SIGTERM")
-    sp.add_argument("--job", required=True, help="the Slurm job id")
-    sp.add_argument("--out", type=Path, required=True, help="the JSON file (rewritten after each sample)")
-    sp.add_argument("--every", type=float, default=SAMPLE_EVERY_S, help="seconds between two samples")
-    sp.add_argument("--count", type=int, default=None, help="stop after this many samples (default: at SIGTERM)")
+    ap.add_argument("what", choices=["sample"], help="sample sstat and nvidia-smi into a JSON file until SIGTERM")
+    ap.add_argument("--job", required=True, help="the Slurm job id")
+    ap.add_argument("--out", type=Path, required=True, help="the JSON file (rewritten after each sample)")
+    ap.add_argument("--every", type=float, default=SAMPLE_EVERY_S, help="seconds between two samples")
+    ap.add_argument("--count", type=int, default=None, help="stop after this many samples (default: at SIGTERM)")
     args = ap.parse_args(argv)
     if not args.every > 0:
         ap.error(f"--every {args.every}: expected seconds > 0")

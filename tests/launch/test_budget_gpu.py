@@ -207,6 +207,7 @@ def test_gpu_names_slurm_types_and_nvidia_smi_are_read():
     with pytest.raises(budget_gpu.InputError, match="'GH200': not a known GPU"):
         find_gpu("GH200")
     assert budget_gpu.gpu_from_slurm({"SLURM_GPUS_PER_NODE": "gpu:gh200:1"})[0] is None
+    assert budget_gpu.gpu_from_model_name("NVIDIA H100 NVL") is None  # 94 GB: not the H100 80GB
 
 
 def test_the_gpu_kind_is_read_from_the_drivers_model_names_the_smallest_first(tmp_path):

@@ -122,8 +122,8 @@ CASES = {
 def test_split(case):
     (nodes, gpus, serve, replicas, train), (tnodes, g, judges, embed, idle, ray) = CASES[case]
     lay = plan(nodes, gpus, serve, replicas, train)
-    assert (lay.trainer_nodes, lay.train_gpus_per_node, lay.judges, lay.embed, lay.idle, lay.ray) == (
-        tnodes, g, judges, embed, idle, ray)  # fmt: skip
+    got = (lay.trainer_nodes, lay.train_gpus_per_node, lay.judges, lay.embed, lay.idle, lay.ray)
+    assert got == (tnodes, g, judges, embed, idle, ray)
     # every GPU has exactly one role
     used = [(n, p) for n in lay.trainer_nodes for p in range(g)] + lay.serving
     used += [(n, p) for n, ps in lay.idle.items() for p in ps]
@@ -137,8 +137,6 @@ BAD = [
     ((["a", "b"], [1, 1], 1, 2, None), "QUOTECITE_JUDGE_REPLICAS=2 needs as many serving GPUs"),
     ((["a", "b", "c"], [8, 4, 8], 1, 1, None), "trainer GPUs would be unequal across trainer nodes"),
     ((["a", "b"], [2, 8], 1, 1, 4), "the first node a (where the batch script"),
-    ((["a", "a"], [1, 1], 1, 1, None), "node list names a node twice"),
-    ((["a"], [3], 0, 1, None), "must be at least 1"),
 ]
 
 
@@ -158,8 +156,8 @@ def test_unequal_error_says_what_to_set():
 
 # --------------------------------------------------------------------------------------------- from the environment
 def test_env_reads_the_slurm_variables_and_the_settings():
-    env = {"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_GPUS_ON_NODE": "8",
-           "QUOTECITE_SERVE_GPUS": "2", "QUOTECITE_JUDGE_REPLICAS": "2"}  # fmt: skip
+    env = dict(SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="gpu[01-02]", SLURM_GPUS_ON_NODE="8")
+    env |= {"QUOTECITE_SERVE_GPUS": "2", "QUOTECITE_JUDGE_REPLICAS": "2"}
     lay_settings = settings.resolve(env, REPO).layout  # the job's own path: the settings, then the split
     alloc, lay = plan_from_env(env, None, lay_settings.serve_gpus, lay_settings.judge_replicas)
     assert (alloc.nodes, alloc.gpus, alloc.source) == (["gpu01", "gpu02"], [8, 8], "SLURM_GPUS_ON_NODE=8")
@@ -180,14 +178,18 @@ def test_env_reads_the_slurm_variables_and_the_settings():
 @pytest.mark.parametrize(
     ("env", "error"),
     [
-        ({"SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_GPUS_ON_NODE": "1"},
-         "SLURM_JOB_NUM_NODES=3 but SLURM_JOB_NODELIST='n[1-2]' names 2 node(s)"),
+        (
+            {"SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_GPUS_ON_NODE": "1"},
+            "SLURM_JOB_NUM_NODES=3 but SLURM_JOB_NODELIST='n[1-2]' names 2 node(s)",
+        ),
         ({"SLURM_JOB_NUM_NODES": "2", "SLURM_GPUS_ON_NODE": "1"}, "SLURM_JOB_NUM_NODES=2 needs SLURM_JOB_NODELIST"),
         ({"SLURM_JOB_NODELIST": "n1", "SLURM_GPUS_ON_NODE": "lots"}, "SLURM_GPUS_ON_NODE='lots': not a GPU count"),
-        ({"SLURM_GPUS_ON_NODE": "3", "CUDA_VISIBLE_DEVICES": "0,1"},
-         "CUDA_VISIBLE_DEVICES=0,1 lists 2 GPU(s) but the job has 3"),
+        (
+            {"SLURM_GPUS_ON_NODE": "3", "CUDA_VISIBLE_DEVICES": "0,1"},
+            "CUDA_VISIBLE_DEVICES=0,1 lists 2 GPU(s) but the job has 3",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_environment_names_the_variable(env, error):
     with pytest.raises(LayoutError) as e:
         plan_from_env(env, hostname="h")
@@ -198,12 +200,15 @@ def test_bad_environment_names_the_variable(env, error):
     ("env", "error"),
     [
         ({"QUOTECITE_SERVE_GPUS": "one"}, "QUOTECITE_SERVE_GPUS='one': expected an integer"),
+        ({"QUOTECITE_SERVE_GPUS": "0"}, "QUOTECITE_SERVE_GPUS='0': expected an integer from 1"),
+        ({"QUOTECITE_JUDGE_REPLICAS": "0"}, "QUOTECITE_JUDGE_REPLICAS='0': expected an integer from 1"),
         ({"QUOTECITE_TRAIN_GPUS_PER_NODE": "0"}, "QUOTECITE_TRAIN_GPUS_PER_NODE='0': expected an integer from 1"),
         ({"QUOTECITE_NODE_GPUS": "2,x"}, "QUOTECITE_NODE_GPUS='2,x': 'x' is not a count like 8 or 8(x2)"),
     ],
 )
 def test_bad_layout_settings_are_refused_by_the_settings_naming_the_variable(env, error):
-    # the split takes its counts from the typed settings (launch/job.py passes s.layout), never from env again
+    # the split takes its counts from the typed settings (launch/job.py passes s.layout), never from env again, and
+    # does not check them again (nor a node listed twice: expand_hostlist refuses it, tested below)
     with pytest.raises(settings.SettingsError) as e:
         settings.resolve(env, REPO)
     assert error in str(e.value)
@@ -212,13 +217,14 @@ def test_bad_layout_settings_are_refused_by_the_settings_naming_the_variable(env
 # --------------------------------------------------------------------------------------------- CLI
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "QUOTECITE_", "CUDA_VISIBLE"))}
-    return subprocess.run([sys.executable, LAYOUT, *args], env={**base, **env}, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, LAYOUT, *args], env={**base, **env}, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_the_batch_nodes_gpu_positions_map_to_its_devices_and_node_names_to_addresses():
-    env = {"SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_NODELIST": "localhost,n[2-3]", "SLURM_GPUS_ON_NODE": "1",
-           "CUDA_VISIBLE_DEVICES": "5"}  # fmt: skip
+    env = dict(SLURM_JOB_NUM_NODES="3", SLURM_JOB_NODELIST="localhost,n[2-3]", SLURM_GPUS_ON_NODE="1")
+    env["CUDA_VISIBLE_DEVICES"] = "5"
     alloc, lay = plan_from_env(env)
     assert (lay.trainer_nodes, lay.train_gpus_per_node, lay.ray) == (["localhost", "n2"], 1, True)
     assert [name for name, _, _ in lay.server_gpus()] == ["judge", "embed"] and lay.embed == ("n3", 0)
@@ -234,8 +240,8 @@ def test_cli_error_is_one_line_on_stderr_and_exit_1():
 
 
 def test_run_maps_positions_through_cuda_visible_devices_and_returns_the_exit_code():
-    r = cli("run", "--gpus", "1,2", "--", "bash", "-c", 'echo "$CUDA_VISIBLE_DEVICES"; exit 7',
-            CUDA_VISIBLE_DEVICES="4,5,6")  # fmt: skip
+    echo = ["bash", "-c", 'echo "$CUDA_VISIBLE_DEVICES"; exit 7']
+    r = cli("run", "--gpus", "1,2", "--", *echo, CUDA_VISIBLE_DEVICES="4,5,6")
     assert (r.returncode, r.stdout) == (7, "5,6\n")
     assert cli("run", "--gpus", "0", "--", "bash", "-c", 'echo "$CUDA_VISIBLE_DEVICES"').stdout == "0\n"
     r = cli("run", "--gpus", "3", "--", "true", CUDA_VISIBLE_DEVICES="0,1")
@@ -276,7 +282,7 @@ def test_the_module_examples_hold():
     import launch.layout
 
     result = doctest.testmod(launch.layout)
-    assert result.attempted >= 6 and result.failed == 0
+    assert result.attempted >= 4 and result.failed == 0
 
 
 # --------------------------------------------------------------------------------------------- ports at bind time
@@ -285,8 +291,10 @@ def test_a_server_that_loses_its_port_before_binding_is_started_again_on_another
     # fails as vLLM does on a taken port; the wrapper sees the port held by someone else and starts it again.
     marker, port_file = tmp_path / "first", tmp_path / "srv.port"
     holder = tmp_path / "holder.py"
-    holder.write_text("import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1])))\n"
-                      "s.listen(); time.sleep(30)\n")  # fmt: skip
+    holder.write_text(
+        "import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1])))\n"
+        "s.listen(); time.sleep(30)\n"
+    )
     server = (
         "import os, subprocess, socket, sys, time\n"
         f"port = int(sys.argv[1]); marker = {str(marker)!r}\n"
@@ -296,9 +304,8 @@ def test_a_server_that_loses_its_port_before_binding_is_started_again_on_another
         "    time.sleep(1); sys.exit('OSError: [Errno 98] Address already in use')\n"
         "s = socket.socket(); s.bind(('127.0.0.1', port)); print('bound', port)\n"
     )
-    r = subprocess.run([sys.executable, str(REPO / "launch" / "layout.py"), "run", "--gpus", "0", "--port-file",
-                        str(port_file), "--bind-host", "127.0.0.1", "--", sys.executable, "-c", server, "{port}"],
-                       capture_output=True, text=True, timeout=60, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})  # fmt: skip
+    flags = ["--port-file", str(port_file), "--bind-host", "127.0.0.1"]
+    r = cli("run", "--gpus", "0", *flags, "--", sys.executable, "-c", server, "{port}", CUDA_VISIBLE_DEVICES="0")
     assert r.returncode == 0, r.stderr
     final = int(port_file.read_text())
     assert f"bound {final}" in r.stdout
@@ -306,9 +313,8 @@ def test_a_server_that_loses_its_port_before_binding_is_started_again_on_another
 
 
 def test_a_server_that_fails_for_another_reason_is_not_restarted(tmp_path):
-    r = subprocess.run([sys.executable, str(REPO / "launch" / "layout.py"), "run", "--gpus", "0", "--port-file",
-                        str(tmp_path / "p"), "--", sys.executable, "-c", "import sys; sys.exit(3)", "{port}"],
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    fail = [sys.executable, "-c", "import sys; sys.exit(3)", "{port}"]
+    r = cli("run", "--gpus", "0", "--port-file", str(tmp_path / "p"), "--", *fail)
     assert r.returncode == 3 and "starting it again" not in r.stderr
     assert int((tmp_path / "p").read_text()) > 0
 

@@ -393,8 +393,7 @@ def test_plan_pins_the_recipes_relative_paths_and_tells_the_reward_its_batch_sha
         "worker.reward.reward_function_kwargs.batch_groups=8",
         "worker.reward.reward_function_kwargs.keep_band=[0.05,0.95]",
     )
-    assert (plan.max_steps, plan.max_steps_from, plan.save_freq, plan.save_limit) == (4, "recipe trainer.max_steps", 2,
-                                                                                       None)  # fmt: skip
+    assert (plan.max_steps, plan.max_steps_from) == (4, "recipe trainer.max_steps")
     assert plan.require_lora is False and plan.logger_override == "trainer.logger=[console,file]"
     # a user's override is pinned too, and what the user sets for the reward is left alone
     plan = plan_run(recipe, "", "", REPO, ["data.format_prompt=recipes/prompts/other.jinja",

@@ -17,11 +17,11 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def fake(qid, overall, keep, crops=(), unscorable=False, relevance=3):
-    return {"qid": qid, "question": "Q?", "gold": "G", "answer": f"ans {overall}", "quotes": ["q"],
-            "citations": [{"page": 1, "bbox": [0, 0, 10, 10], "similarity": 0.5, "quote": "q", "text": "t",
-                           "crop": 0 if crops else None}],
-            "crops": list(crops), "scores": {"answer": 3, "relevance": relevance, "coverage": 3, "crop_relevance": None},
-            "reply": None, "reward": {"overall": overall}, "keep": keep, "unscorable": unscorable}  # fmt: skip
+    cite = dict(page=1, bbox=[0, 0, 10, 10], similarity=0.5, quote="q", text="t", crop=0 if crops else None)
+    scores = {"answer": 3, "relevance": relevance, "coverage": 3, "crop_relevance": None}
+    rec = {"qid": qid, "question": "Q?", "gold": "G", "answer": f"ans {overall}", "quotes": ["q"], "citations": [cite]}
+    rec |= {"crops": list(crops), "scores": scores, "reply": None, "reward": {"overall": overall}}
+    return rec | {"keep": keep, "unscorable": unscorable}
 
 
 def png(i):
@@ -44,8 +44,8 @@ def run_dir(tmp_path):
     s1 = new_segment(run, "100", 0)
     w = SampleWriter(run / "segments" / s1.name, groups=2, keep_band=[0.01, 0.99])
     for n in (1, 2, 3):
-        w.write(n, [fake("a", 1.0, 0.5, [png(n)]), fake("a", 0.0, 0.5, [png(n + 10)], relevance=0),
-                    fake("b", 0.0, -1.0, unscorable=True), fake("b", 0.0, -1.0, unscorable=True)])  # fmt: skip
+        unscorable = [fake("b", 0.0, -1.0, unscorable=True) for _ in range(2)]
+        w.write(n, [fake("a", 1.0, 0.5, [png(n)]), fake("a", 0.0, 0.5, [png(n + 10)], relevance=0), *unscorable])
     s2 = new_segment(run, "100", 1)  # resumes from step 1: redoes steps 2, 3 (its batches 1, 2)
     w = SampleWriter(run / "segments" / s2.name, groups=2, keep_band=[0.01, 0.99])
     for n in (1, 2):
@@ -64,9 +64,13 @@ def test_requeued_steps_merge_without_gaps_or_duplicates(run_dir):
         write_samples_page(run_dir / "missing")
 
 
+def dump_dom(url):
+    argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout
+
+
 def counts(page, query=""):
-    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
-                          f"file://{page}{query}"], capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    dom = dump_dom(f"file://{page}{query}")
     m = re.search(r'id="counts" data-cards="(\d+)" data-imgs="(\d+)" data-steps="(\d+)"', dom)
     assert m, dom[:500]
     return tuple(int(x) for x in m.groups())
@@ -89,8 +93,8 @@ def test_page_in_headless_chromium_shows_every_sample_and_filters_work(run_dir, 
     assert counts(page, "?filters=irrelevant")[:2] == (1, 1)
     assert counts(page, "?step=1")[:2] == (3, 1)
     shot = tmp_path / "shot.png"
-    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,800",
-                    f"--screenshot={shot}", f"file://{page}"], capture_output=True, timeout=120)  # fmt: skip
+    argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,800", f"--screenshot={shot}"]
+    subprocess.run([*argv, f"file://{page}"], capture_output=True, timeout=120)
     assert shot.stat().st_size > 1000
     # with embedded crops the page stands alone
     alone = write_samples_page(run_dir, tmp_path / "alone.html", embed=True)
@@ -103,7 +107,6 @@ def test_a_question_generated_again_shows_as_its_own_group_with_its_attempt(tmp_
     w = SampleWriter(tmp_path, groups=4, keep_band=[0.01, 0.99])
     w.write(1, [{**fake("a", v, 0.5), "attempt": k} for k in (1, 2) for v in (1.0, 0.0)])
     page = write_samples_page(tmp_path)
-    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", f"file://{page}"],
-                         capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    dom = dump_dom(f"file://{page}")
     assert counts(page)[:2] == (4, 0)
     assert dom.count('<div class="grp"><b>a</b>') == 2 and dom.count(">attempt 2<") == 1 and ">attempt 1<" not in dom

@@ -16,11 +16,10 @@ from core.errors import InputError
 from launch import settings
 from launch.settings import (
     BY_NAME,
-    EMBED_MODEL,
     GROUPS,
-    JUDGE_MODEL,
     READERS,
     SETTINGS,
+    Models,
     Settings,
     SettingsError,
     render_help,
@@ -126,8 +125,8 @@ def test_the_table_is_well_formed():
         assert s.reader_set <= set(READERS) and s.reader_set, s.name
         assert s.help and "\n" not in s.help and len(s.help) <= 110, s.name
         assert s.short not in methods, f"{s.name}: s.{s.short} would be a method of Settings"
-        for ref in s.refers_to:
-            assert ref in BY_NAME and ref != s.name, f"{s.name}'s default names {ref}"
+        for ref in s.refers_to:  # resolve() fills in the defaults in one pass, in table order
+            assert SETTINGS.index(BY_NAME[ref]) < SETTINGS.index(s), f"{s.name}'s default names {ref}, not one above"
         assert s.group != "test" or s.readers == "test", s.name
     # every group holds something; the test-only settings are read only by tests
     assert {s.group for s in SETTINGS} == set(GROUPS)
@@ -137,10 +136,11 @@ def test_the_table_is_well_formed():
 def test_every_default_parses_with_its_own_validator(tmp_path):
     # DATA_DIR set so that the defaults built from it are filled in too
     s = resolve({"QUOTECITE_DATA_DIR": str(tmp_path / "data")}, tmp_path)
-    for setting, value, source in s.items():
+    for setting in SETTINGS:
         if setting.name == "QUOTECITE_DATA_DIR":
             continue
-        assert source == "default"
+        assert s.source(setting.name) == "default"
+        value = getattr(getattr(s, setting.group), setting.short)
         if setting.default is None:
             assert value is None and s.text(setting.name) is None
             continue
@@ -155,8 +155,7 @@ def test_the_shared_defaults_are_typed(tmp_path):
     assert (s.servers.judge_port, s.servers.embed_port, s.ray.ray_port) == (8000, 8001, 6379)
     assert (s.servers.judge_gpu_util, s.servers.embed_gpu_util) == (0.55, 0.25)
     assert (s.servers.judge_max_model_len, s.servers.embed_max_model_len) == (32768, 8192)
-    assert (s.models.judge_model, s.models.embed_model) == (JUDGE_MODEL, EMBED_MODEL) == ("Qwen/Qwen3.5-9B",
-                                                                            "Qwen/Qwen3-VL-Embedding-2B")  # fmt: skip
+    assert (s.models.judge_model, s.models.embed_model) == ("Qwen/Qwen3.5-9B", "Qwen/Qwen3-VL-Embedding-2B")
     assert (s.chain.chain, s.run.preflight, s.software.env_setup, s.run.allow_recipe_change) == (
         True,
         True,
@@ -184,9 +183,9 @@ def test_the_model_ids_agree_with_the_stages_that_cannot_import_the_launch():
     from recipes.reader import load_recipe
     from reward.config import DEFAULT_JUDGE_MODEL
 
-    assert JUDGE_MODEL == DEFAULT_JUDGE_MODEL and EMBED_MODEL == DEFAULT_MODEL
+    assert Models().judge_model == DEFAULT_JUDGE_MODEL and Models().embed_model == DEFAULT_MODEL
     recipe = (REPO / "recipes" / "qwen3vl_8b_grpo.yaml").read_text()
-    assert f"${{oc.env:QUOTECITE_JUDGE_MODEL,{JUDGE_MODEL}}}" in recipe
+    assert f"${{oc.env:QUOTECITE_JUDGE_MODEL,{DEFAULT_JUDGE_MODEL}}}" in recipe
     assert callable(load_recipe)
 
 
@@ -310,7 +309,7 @@ def test_environment_values_are_typed(tmp_path):
     assert (s.servers.health_timeout, s.run.max_steps, s.chain.chain, s.servers.judge_port) == (30.0, 12, False, 0)
     assert s.servers.judge_url == ["http://a:8000/v1", "http://b:8002/v1"]
     assert s.servers.judge_args == ["--x", "a b", "--y"] and s.layout.node_gpus == [8, 8, 4]
-    assert s.run.run_dir == Path("runs/r1") and s.test.standin_slow_save == (2, 1.5)
+    assert s.run.run_dir == Path("runs/r1") and s.test.standin_slow_save == "2:1.5"
     assert s.source("QUOTECITE_MAX_STEPS") == "environment" and s.source("QUOTECITE_STOP_GRACE") == "default"
 
 
@@ -357,7 +356,7 @@ def test_readers_choose_what_is_resolved_but_every_set_variable_is_checked(tmp_p
     with pytest.raises(KeyError):  # not read: not in the provenance, the field keeps its default
         s.source("health_timeout")
     assert s.servers.health_timeout == 1800.0
-    assert all("reward" in st.reader_set or st.name == "QUOTECITE_RUN_DIR" for st, _, _ in s.items())
+    assert all("reward" in BY_NAME[n].reader_set or n == "QUOTECITE_RUN_DIR" for n in s.provenance)
     assert problems({"QUOTECITE_HEALTH_TIMEOUT": "soon"}, tmp_path, readers={"reward"}) == [
         "QUOTECITE_HEALTH_TIMEOUT='soon': expected a number, got 'soon'"
     ]
@@ -389,7 +388,7 @@ def test_env_round_trip(tmp_path):
     assert env["QUOTECITE_RUN_DIR"] == f"{tmp_path}/runs/qwen3vl_8b_grpo"  # {repo} filled in
     # the next job may run from another checkout path: what it was handed is what it resolves
     again = resolve(env, tmp_path / "elsewhere")
-    assert [(st.name, v) for st, v, _ in again.items()] == [(st.name, v) for st, v, _ in s.items()]
+    assert again == s and list(again.provenance) == list(s.provenance)  # every value (the groups compare)
     assert again.env() == env
 
 
@@ -457,6 +456,8 @@ def test_cli_show_markdown_and_table():
 
 def test_main_in_process(capsys):
     assert settings.main([]) == 0 and capsys.readouterr().out == render_help()
+    assert settings.main(["yaml", "--test"]) == 0 and capsys.readouterr().out == settings.render_yaml(test=True)
+    assert "\ntest:  # " in settings.render_yaml(test=True) and "\nservers:" not in settings.render_yaml(test=True)
     with pytest.raises(SystemExit) as e:
         settings.main(["show", "--readers", "trainer"])
     assert e.value.code == 2 and "--readers" in capsys.readouterr().err
@@ -513,9 +514,7 @@ def test_layers_defaults_file_environment_command_line(tmp_path):
     # what a child would not see in the environment, as text that resolves back to the same values
     handed = s.env(("file", "command line"))
     assert "QUOTECITE_EMBED_PORT" not in handed and handed["QUOTECITE_HEALTH_TIMEOUT"] == "80"
-    again = resolve({**env, **handed}, tmp_path)
-    for name in handed:
-        assert again.value(name) == s.value(name), name
+    assert resolve({**env, **handed}, tmp_path) == s  # every group's every value
     # QUOTECITE_CONFIG names the file as well
     assert resolve({"QUOTECITE_CONFIG": str(f)}, tmp_path).servers.judge_port == 8010
 
@@ -569,7 +568,6 @@ def test_the_yaml_template_lists_every_user_setting_and_uncommented_gives_the_de
                      for ln in out.splitlines())  # fmt: skip
     f = tmp_path / "defaults.yaml"
     f.write_text(body)
-    s, d = resolve({}, tmp_path, file=f), resolve({}, tmp_path)
+    s = resolve({}, tmp_path, file=f)
     assert sum(1 for n in s.provenance if s.source(n) == "file") == len(fixed)
-    for setting in user:
-        assert s.value(setting.name) == d.value(setting.name), setting.name
+    assert s == resolve({}, tmp_path)  # every group's every value

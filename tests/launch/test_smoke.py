@@ -3,12 +3,14 @@ the stand-ins, and the summary table on fixture files."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from launch.smoke import Estimates, Measured, read_measured, summary_table
+from launch import smoke
+from launch.smoke import HOST, RESERVED, SERVING, STEP, TRAINER, measured, summary_table
 from tests.launch.test_launch_dryrun import GRPO, REPO, base_env, dry_run, standin_env, step, steps
 
 PY = sys.executable
@@ -139,37 +141,59 @@ def write_fixtures(run: Path) -> None:
 
 def test_the_summary_reads_easyr1s_log_and_the_sstat_samples(tmp_path):
     write_fixtures(tmp_path)
-    m = read_measured(tmp_path)
-    assert m.step_seconds == {1: 912.4, 2: 1388.6}  # the rerun step's last record; the torn line left out
-    assert m.reserved_gib == {1: 61.25, 2: 63.5}
-    assert m.rss_gib == {"123.batch": 98.0, "123.extern": 1 / 1024}  # each step's largest MaxRSS, KiB -> GiB
-    assert m.gpu_gib == {0: 90.0, 1: 95.0, 2: 101.0}
-    assert any("1 torn line" in n for n in m.notes)
+    got, notes = measured(tmp_path, [0, 1])
+    assert got[STEP] == "1150 s (steps: 912, 1389)"  # the median; the rerun step's last record, the torn line left out
+    assert got[RESERVED] == "63.5 GiB"  # the largest perf/max_memory_reserved_gb of any step
+    assert got[HOST] == "98.0 GiB (123.batch 98.0; 123.extern 0.0)"  # each step's largest MaxRSS, KiB -> GiB, summed
+    assert (got[TRAINER], got[SERVING]) == ("95.0 GiB", "101.0 GiB")  # GPUs 0 and 1 train, 2 serves
+    assert any("1 torn line" in n for n in notes)
+    assert measured(tmp_path, [])[0][TRAINER] == "101.0 GiB"  # the trainer's GPUs unknown: every GPU counts
 
 
 def test_the_summary_table_puts_each_measurement_next_to_its_estimate(tmp_path):
     write_fixtures(tmp_path)
-    est = Estimates(host_mem_gib=141, host_peak_gib=122.6, gpu="H200 140 GiB",
-                    gpu_phases={("trainer", "rollout"): 96.0, ("trainer", "log-prob"): 70.0,
-                                ("trainer", "update"): 75.5, ("server 1", "serving"): 112.0})  # fmt: skip
-    rows = {line.split("  ")[0]: line for line in summary_table(read_measured(tmp_path), est, [0, 1]).splitlines()}
-    assert "1150 s (steps: 912, 1389)" in rows["step time"]  # the median of the two steps
-    host = rows["peak host RSS (sstat MaxRSS)"]
-    assert "98.0 GiB (123.batch 98.0; 123.extern 0.0)" in host and "122.6 GiB, --mem=141G" in host
-    trainer = rows["trainer GPU memory (nvidia-smi)"]
-    assert "95.0 GiB" in trainer and "96.0 GiB (rollout; launch.budget gpu, H200 140 GiB)" in trainer
-    assert "63.5 GiB" in rows["trainer GPU (EasyR1 max reserved)"] and "75.5 GiB (update)" in rows[
-        "trainer GPU (EasyR1 max reserved)"]  # fmt: skip
-    assert "101.0 GiB" in rows["serving GPU memory (nvidia-smi)"] and "112.0 GiB" in rows[
-        "serving GPU memory (nvidia-smi)"]  # fmt: skip
+    est = {HOST: "122.6 GiB (--mem=141G)", TRAINER: "96.0 GiB (rollout, H200 140 GiB)", RESERVED: "75.5 GiB (update)"}
+    got, _ = measured(tmp_path, [0, 1])
+    lines = summary_table(got, est, ["a note"]).splitlines()
+    assert lines[0].startswith("smoke run ") and lines[0].endswith("estimate (python -m launch.budget memory, gpu)")
+    rows = {line.split("  ")[0]: line.split("  ")[1:] for line in lines[2:-1]}
+    assert [c.strip() for c in rows[TRAINER] if c] == ["95.0 GiB", "96.0 GiB (rollout, H200 140 GiB)"]
+    assert [c.strip() for c in rows[SERVING] if c] == ["101.0 GiB", "-"]  # no estimate: "-"
+    assert len({line.index("GiB") for line in lines[3:6]}) == 1  # the measured column aligned
+    assert lines[-1] == "note: a note"
 
 
 def test_the_summary_says_what_it_could_not_measure(tmp_path):
-    table = summary_table(read_measured(tmp_path), Estimates(notes=["launch.budget gpu: no GPU kind known"]))
+    got, notes = measured(tmp_path, [])
+    table = summary_table(got, {}, [*notes, "launch.budget gpu: no GPU kind known"])
     assert "- (no timing_s/step logged)" in table
     assert f"note: no memory samples ({tmp_path}/smoke_memory.json does not exist)" in table
     assert "note: launch.budget gpu: no GPU kind known" in table
-    assert Measured().rss_gib == {}
+
+
+def test_the_estimates_are_launch_budgets_for_the_smoke_jobs_recipe_and_layout(tmp_path):
+    from launch import budget, budget_gpu, settings
+    from launch.executor import PrintingExecutor
+    from launch.job import Job
+
+    env = base_env(tmp_path, SLURM_GPUS_PER_NODE="h200:3")
+    env.update(smoke.environment(env, tmp_path / "run", "JOBID"))
+    job = Job(settings.resolve(env, REPO), smoke.overrides([]), PrintingExecutor(out=io.StringIO()), env)
+    cells, notes = smoke.estimates(job)
+    recipe = REPO / "recipes" / "qwen3vl_8b_grpo.yaml"
+    over = ["trainer.max_steps=2", "trainer.save_freq=1", "trainer.val_freq=1", "data.val_batch_size=32"]
+    mem = budget.plan_from_recipe(recipe, over, n_gpus_per_node=2).estimate
+    h200 = budget_gpu.find_gpu("h200")
+    b = budget_gpu.budget_from_recipe(recipe, over, h200, 2, budget_gpu.ServerPlan())
+    need = {(p.gpu, p.phase): p.need_gib for p in b.phases}
+    worst = max((g, ph) for (on, ph), g in need.items() if on == "trainer")
+    assert cells == {
+        HOST: f"{mem.peak_gib:.1f} GiB (--mem={mem.sbatch_mem})",
+        TRAINER: f"{worst[0]:.1f} GiB ({worst[1]}, H200 {h200.gib:.0f} GiB)",
+        RESERVED: f"{need['trainer', 'update']:.1f} GiB (update)",
+        SERVING: f"{need['server 1', 'serving']:.1f} GiB",
+    }
+    assert notes == []
 
 
 # --------------------------------------------------------------------------------------------- the sampler
@@ -190,7 +214,7 @@ def fake_tools(tmp: Path, sstat: str, smi: str) -> dict[str, str]:
 def test_the_sampler_records_each_steps_maxrss_and_each_gpus_memory(tmp_path):
     env = fake_tools(tmp_path, "printf '77.extern|1024K\\n77.batch|52428800K\\n77.0|1.5G\\n'",
                      "printf '0, 81559, 143771\\n1, 1024, 143771\\n'")  # fmt: skip
-    out = tmp_path / "mem.json"
+    out = tmp_path / "smoke_memory.json"
     r = subprocess.run([PY, "-m", "launch.smoke", "sample", "--job", "77", "--out", str(out), "--every", "0.05",
                         "--count", "2"], env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -200,12 +224,8 @@ def test_the_sampler_records_each_steps_maxrss_and_each_gpus_memory(tmp_path):
     assert d["samples"][0]["gpus"][0] == {"index": 0, "memory_used_mib": 81559.0, "memory_total_mib": 143771.0}
     args = (tmp_path / "sstat.args").read_text().splitlines()[0].split()
     assert args[-2:] == ["-j", "77"] and "--allsteps" in args and "--format=JobID,MaxRSS" in args
-    m = Measured()
-    from launch.smoke import read_samples
-
-    read_samples(out, m)
-    assert m.rss_gib == {"77.extern": 1 / 1024, "77.batch": 50.0, "77.0": 1.5}
-    assert round(m.gpu_gib[0], 2) == 79.65
+    got = measured(tmp_path, [0])[0]  # the summary reads the sampler's file
+    assert got[HOST] == "51.5 GiB (77.0 1.5; 77.batch 50.0; 77.extern 0.0)" and got[TRAINER] == "79.6 GiB"
 
 
 def test_the_sampler_keeps_going_when_sstat_fails_and_says_so(tmp_path):
