@@ -247,10 +247,14 @@ class Job:
         ``--mem`` and every phase of the recipe against the GPU kind (refused when it cannot fit; an unknown model or
         GPU skips, saying so); the disk quota."""
         notes, user, lay = self.preflight_notes, parse_overrides(self.args), self.layout
+        self.host_estimate: budget.Estimate | None = None  # kept for the smoke run's summary (launch/smoke.py)
+        self.gpu_budget: budget_gpu.GpuBudget | None = None
+        self.budget_skipped: list[str] = []  # why either is None
         try:
             recipe = load_recipe(self.recipe)
         except (InputError, RunError, OSError, ValueError) as e:
             notes.append(f"save_freq, validation batch, host and GPU memory not checked: {e}")
+            self.budget_skipped.append(f"launch.budget: {e}")
             return
         given = parse_overrides(self.overrides[1:])
 
@@ -274,7 +278,9 @@ class Job:
             plan = budget.plan_from_recipe(self.recipe, over, None, gpus, nnodes, judge_replicas=judges)
         except InputError as e:  # a model whose size is unknown: say so, do not stop the run for it
             notes.append(f"host memory     budget skipped: {e}")
+            self.budget_skipped.append(f"launch.budget memory: {e}")
         else:
+            self.host_estimate = plan.estimate
             level, message = budget.check_host_memory(plan.estimate, budget.job_memory_mib(self.environ))
             if level == "refuse":
                 raise InputError(f"not enough host memory for the job: {message}")
@@ -293,7 +299,9 @@ class Job:
             b = budget_gpu.budget_from_recipe(self.recipe, self.overrides[1:], gpu, gpus * nnodes, servers)
         except InputError as e:
             notes.append(f"GPU memory budget skipped: {e}")
+            self.budget_skipped.append(f"launch.budget gpu: {e}")
         else:
+            self.gpu_budget = b
             if b.refusal():
                 raise InputError(
                     f"the recipe cannot fit the GPUs ({source}; python -m launch.budget gpu --gpu ... shows the "

@@ -269,14 +269,6 @@ def device_ids(positions: list[int], devices: list[str] | None, where: str = "th
     return [devices[p] for p in positions]
 
 
-def node_address(node: str) -> str:
-    """The node's IP address; the name itself when it does not resolve (a dry run on a laptop)."""
-    try:
-        return socket.gethostbyname(node)
-    except OSError:
-        return node
-
-
 def position_ranges(ps: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``0-2,5``."""
     out = []

@@ -140,32 +140,19 @@ ROWS = (STEP, HOST, TRAINER, RESERVED, SERVING)  # the table's rows: measured() 
 
 
 def estimates(job) -> tuple[dict[str, str], list[str]]:
-    """The estimate column, by row, and what could not be estimated: ``python -m launch.budget memory`` and ``gpu``
-    for the job's recipe, overrides and layout (the GPU kind from Slurm's gres, else the NVIDIA driver)."""
-    from launch import budget, budget_gpu  # not at the top: the sampler's process needs neither
-
-    lay, over, cells, notes = job.layout, job.overrides[1:], {}, []
-    per_node, nodes, judges = lay.train_gpus_per_node, len(lay.trainer_nodes), len(lay.judges)
-    try:
-        plan = budget.plan_from_recipe(job.recipe, over, n_gpus_per_node=per_node, nnodes=nodes, judge_replicas=judges)
-        cells[HOST] = f"{plan.estimate.peak_gib:.1f} GiB (--mem={plan.estimate.sbatch_mem})"
-    except InputError as err:
-        notes.append(f"launch.budget memory: {err}")
-    gpu = budget_gpu.gpu_from_slurm(job.environ)[0] or budget_gpu.gpu_from_driver()[0]
-    if gpu is None:
-        return cells, [*notes, "launch.budget gpu: no GPU kind known (Slurm's gres or the NVIDIA driver)"]
-    m, sv, serve = job.s.models, job.s.servers, len({(n, p) for _, n, p in lay.server_gpus()})
-    servers = budget_gpu.ServerPlan(m.judge_model, m.embed_model, sv.judge_gpu_util, sv.embed_gpu_util, serve, judges)
-    try:
-        phases = budget_gpu.budget_from_recipe(job.recipe, over, gpu, per_node * nodes, servers).phases
-    except InputError as err:
-        return cells, [*notes, f"launch.budget gpu: {err}"]
-    need = {(p.gpu, p.phase): p.need_gib for p in phases}
-    peak, phase = max((g, ph) for (on, ph), g in need.items() if on == "trainer")
-    cells[TRAINER] = f"{peak:.1f} GiB ({phase}, {gpu.name} {gpu.gib:.0f} GiB)"
-    cells[RESERVED] = _gib(need.get(("trainer", "update")), " (update)")
-    cells[SERVING] = _gib(need.get(("server 1", "serving")))
-    return cells, notes
+    """The estimate column, by row, and what could not be estimated: the budgets the job made for its recipe,
+    overrides and layout (``python -m launch.budget memory`` and ``gpu``; the GPU kind from Slurm's gres, else the
+    NVIDIA driver)."""
+    cells, est, b = {}, job.host_estimate, job.gpu_budget
+    if est is not None:
+        cells[HOST] = f"{est.peak_gib:.1f} GiB (--mem={est.sbatch_mem})"
+    if b is not None:
+        need = {(p.gpu, p.phase): p.need_gib for p in b.phases}
+        peak, phase = max((g, ph) for (on, ph), g in need.items() if on == "trainer")
+        cells[TRAINER] = f"{peak:.1f} GiB ({phase}, {b.gpu.name} {b.gpu.gib:.0f} GiB)"
+        cells[RESERVED] = _gib(need.get(("trainer", "update")), " (update)")
+        cells[SERVING] = _gib(need.get(("server 1", "serving")))
+    return cells, list(job.budget_skipped)
 
 
 def _number(v: Any) -> float | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.layout import node_address
+from launch.preflight import node_addresses
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -541,15 +541,16 @@ def test_dry_run_3x1_ray_head_worker_servers_on_the_third_node(tmp_path):
     st = steps(tmp_path, QUOTECITE_MAX_STEPS="8", SLURM_CPUS_PER_TASK="16", **alloc)
     head, worker = step(st, "ray_0"), step(st, "ray_1")
     h = program(head)
+    gpu01 = node_addresses(["gpu01", "gpu02", "gpu03"], "")["gpu01"].address  # its address, or the name on a laptop
     assert h[:3] == ["ray", "start", "--head"] and wrapper_flag(head, "--gpus") == "0"
     assert h[h.index("--num-gpus") + 1] == "1" and h[h.index("--port") + 1] == "{port}"
-    assert h[h.index("--node-ip-address") + 1] == node_address("gpu01")  # its address, or the name on a laptop
+    assert h[h.index("--node-ip-address") + 1] == gpu01
     assert h[h.index("--temp-dir") + 1] == "/tmp/qcray-JOBID"  # this job's own Ray
     # every srun step asks for the job's CPUs (srun does not inherit --cpus-per-task since Slurm 22.05)
     assert worker["argv"][:6] == ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu02", "--overlap"]
     assert "--cpus-per-task=16" in worker["argv"][: worker["argv"].index("--")]
     w = program(worker)
-    assert w[:4] == ["ray", "start", "--address", f"{node_address('gpu01')}:{{port}}"]
+    assert w[:4] == ["ray", "start", "--address", f"{gpu01}:{{port}}"]
     assert "--block" in w and w[w.index("--num-gpus") + 1] == "1" and wrapper_flag(worker, "--gpus") == "0"
     # Ray's worker pool is the job's CPUs on each node, never the node's cores (the "register worker" hang)
     assert h[h.index("--num-cpus") + 1] == w[w.index("--num-cpus") + 1] == "16"
