@@ -360,15 +360,16 @@ class Eval(Program):
         """Wait for a server's ``/health`` on the port it wrote; the port."""
 
         def url() -> str:
-            return f"http://127.0.0.1:{read_port(port_file)}/health" if read_port(port_file) else ""
+            return f"http://127.0.0.1:{port}/health" if (port := read_port(port_file)) else ""
 
         sv = self.s.servers
         try:
             took = wait_healthy(url, label, sv.health_timeout, sv.health_poll, str(log), proc.poll, self.stopping)
         except NotHealthy as e:
             raise Fail(str(e), (log,)) from None
-        self.log(f"{label} is healthy at http://127.0.0.1:{read_port(port_file)}/v1 after {took:.0f}s")
-        return read_port(port_file)
+        port = read_port(port_file)
+        self.log(f"{label} is healthy at http://127.0.0.1:{port}/v1 after {took:.0f}s")
+        return port
 
     def stopping(self) -> bool:
         return self.terminating

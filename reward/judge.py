@@ -23,7 +23,8 @@ got). Then the judge probes ``/health`` with exponential backoff (1 s doubling t
 sends the outage-failed requests again; this repeats for at most ``outage_s`` seconds from the first outage of the
 batch (a round already sent may finish past that), after which :class:`~reward.servers.ServerOutageError` names
 the URL and the time waited. Outage failures in a batch where other requests got scores and ``/health`` answers
-are single bad calls: those responses stay unscorable. ``outage_s=None``: never wait, never raise.
+are sent once more (they may have failed before the server came back while the batch ran); those that fail again
+are single bad calls: their responses stay unscorable. ``outage_s=None``: never wait, never raise.
 """
 
 from __future__ import annotations

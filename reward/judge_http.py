@@ -443,6 +443,7 @@ class HttpJudge:
         """Re-send the outage-failed requests of ``pairs`` (in place) while the batch is in an outage (module
         docstring), waiting for ``/health`` in between; raises :class:`ServerOutageError` past ``outage_s``."""
         started = None
+        resent = False
         while True:
             down = [i for i, (sc, kind) in enumerate(pairs) if sc is None and kind in OUTAGE_FAILURES]
             if not down:
@@ -450,7 +451,11 @@ class HttpJudge:
             answered = any(sc is not None for sc, _ in pairs)
             health = await asyncio.to_thread(self.replicas.probe_health, probe_health)
             if answered and not health:
-                return  # the server is up and answers others: single bad calls, unscorable
+                if resent:
+                    return  # the server is up and answers others: single bad calls, unscorable
+                resent = True  # they may have failed before the server came back mid-batch: sent once more
+                await self._resend(client, sem, firsts, pairs, down, stats)
+                continue
             now = time.monotonic()
             if started is None:
                 started = now
@@ -472,12 +477,16 @@ class HttpJudge:
                 await asyncio.sleep(pause)
                 stats.outage_wait_s += pause
             stats.outages += 1
-            for i in down:  # these requests are judged again: their failures are recounted by the new round
-                stats.failures[pairs[i][1]] -= 1
-            stats.failures += Counter()  # drop zero counts
-            again = await asyncio.gather(*(self._one(client, sem, firsts[i], stats) for i in down))
-            for i, pair in zip(down, again, strict=True):
-                pairs[i] = pair
+            await self._resend(client, sem, firsts, pairs, down, stats)
+
+    async def _resend(self, client, sem, firsts, pairs: list, down: list[int], stats: JudgeStats) -> None:
+        """Judge the requests ``down`` of ``pairs`` again (in place); their failures are recounted by the new round."""
+        for i in down:
+            stats.failures[pairs[i][1]] -= 1
+        stats.failures += Counter()  # drop zero counts
+        again = await asyncio.gather(*(self._one(client, sem, firsts[i], stats) for i in down))
+        for i, pair in zip(down, again, strict=True):
+            pairs[i] = pair
 
     def score_batch(self, requests: Sequence[JudgeRequest]) -> list[JudgeScores | None]:
         """Sync wrapper of :meth:`ascore_batch` (safe whether or not an event loop runs in this thread)."""

@@ -654,11 +654,12 @@ class StepTerms:
             it.step_regions = [r if r is None or r.text else None for r in steps]
             it.answer_regions = [locate(b, it.gt.pages, it.cached) for b in it.parsed.answer_boxes]
 
-    def embed(self, items: Sequence[StepItem], await_outage=lambda error: False) -> None:
+    def embed(self, items: Sequence[StepItem], await_outage=lambda error, again: False) -> None:
         """Similarities of every placed step (up to ``max_steps``): one PDF open and one embedder call per document
         (its responses' steps together, as the quote reward batches its quotes); when that call fails, each
         response's steps alone, so only the responses whose steps cannot be embedded are unscorable.
-        ``await_outage(error)``: the scorer's outage wait (True: the server is back, call again)."""
+        ``await_outage(error, again)``: the scorer's outage wait (True: call again; ``again``: the call's first such
+        failure)."""
         by_doc: dict[str, list[StepItem]] = defaultdict(list)
         for it in items:
             it.acc = accuracy(it.parsed.answer, it.gt.answer)
@@ -670,13 +671,15 @@ class StepTerms:
         for its in by_doc.values():
             cached = its[0].cached
             embedder = None
+            again = True
             while embedder is None:
                 try:
                     embedder = self.embedder_for(cached)
                 except InputError:
                     raise
                 except Exception as e:  # an embedding server that cannot be reached: unscorable, never a crash
-                    if await_outage(e):
+                    if await_outage(e, again):
+                        again = False
                         continue
                     log.warning("LAT step embedder for %s unavailable: %s", cached.key, e)
                     break
@@ -690,6 +693,7 @@ class StepTerms:
             flat = [it.step_regions[k] for it, ks in zip(its, idx, strict=True) for k in ks]
             with cached.open_pdf() as doc:
                 parts = None
+                again = True
                 while parts is None:
                     try:
                         sims = np.asarray(embedder.similarities(cached, flat, doc), np.float32)
@@ -697,7 +701,8 @@ class StepTerms:
                     except InputError:
                         raise
                     except Exception as e:
-                        if await_outage(e):
+                        if await_outage(e, again):
+                            again = False
                             continue
                         log.warning("LAT step similarities of %s failed (%s); embedding per response", cached.key, e)
                         parts = [self._one(embedder, cached, doc, it, ks) for it, ks in zip(its, idx, strict=True)]

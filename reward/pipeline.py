@@ -36,7 +36,9 @@ request of the batch failing with timeouts, refused connections, 5xx or 429, or 
 ``/health`` does not answer, the call pauses, probes ``/health`` with backoff and then scores for real. Past the budget it raises
 :class:`reward.servers.ServerOutageError` (one line: server, URL, seconds waited) and, under the launch, first writes
 ``$QUOTECITE_METRICS_DIR/server_outage.json``, which is how ``launch/grpo_8b.sh`` knows to restart the servers and
-resume. A single bad call (the server up and answering the others) stays unscorable as above.
+resume. A judge request that failed so, or a failed embedder call, is made once more when ``/health`` answers
+(the server may have come back while the batch ran); failing again with the server up, it is a single bad call
+and stays unscorable as above.
 
 The keep key. EasyR1 b44b311's online filter keeps a group when the mean of ``filter_key`` over its responses lies
 strictly inside ``(filter_low, filter_high)``. ``keep`` (``algorithm.filter_key: keep``) is the same for every
@@ -512,7 +514,7 @@ class RewardScorer:
         steps, the terms; an unscorable response (its steps could not be embedded) gets its group's mean."""
         t0 = time.perf_counter()
         self.steps.place(items)
-        self.steps.embed(items, await_outage=lambda e: self._await_embedder(e, stats))
+        self.steps.embed(items, await_outage=lambda e, again: self._await_embedder(e, stats, again))
         embed_s = time.perf_counter() - t0
         stats.seconds["embed"] += embed_s
         rows = [self.steps.breakdown(it, embed_s) for it in items]
@@ -656,6 +658,7 @@ class RewardScorer:
         for it in live:
             if it.failed:
                 continue
+            again = True
             while True:
                 try:
                     enc = self.encoder_for(it.cached)
@@ -663,7 +666,8 @@ class RewardScorer:
                 except InputError:
                     raise  # misconfiguration (no embeddings, wrong encoder): stop at the first call
                 except Exception as e:  # an HTTP encoder whose server cannot be reached
-                    if self._await_embedder(e, stats):
+                    if self._await_embedder(e, stats, again):
+                        again = False
                         continue
                     log.warning("quote encoder for %s unavailable: %s", it.cached.key, e)
                     it.failed = "embed"
@@ -683,13 +687,15 @@ class RewardScorer:
             facade, known = facades[name]
             texts = [t for t in texts if t not in known]
             vecs = None if texts else np.zeros((0, facade.dim), dtype=np.float32)
+            again = True
             while vecs is None:
                 try:
                     vecs = np.asarray(encoders[name].embed_texts(texts), dtype=np.float32)
                 except InputError:
                     raise
                 except Exception as e:  # the embedding server failed the call
-                    if self._await_embedder(e, stats):
+                    if self._await_embedder(e, stats, again):
+                        again = False
                         continue
                     log.warning("embedding %d quotes with %s failed: %s", len(texts), name, e)
                     break
@@ -704,16 +710,17 @@ class RewardScorer:
         stats.seconds["embed"] += time.perf_counter() - t0
         return out
 
-    def _await_embedder(self, error: Exception, stats: BatchStats) -> bool:
-        """After a failed embedding call: True when the HTTP embedder was down and answers ``/health`` again (call
-        it again), False when it is up (or no HTTP embedder is set): a bad call, the responses stay unscorable.
-        Raises :class:`ServerOutageError` once this call has waited ``judge_outage_s``."""
+    def _await_embedder(self, error: Exception, stats: BatchStats, again: bool) -> bool:
+        """After a failed embedding call: True (call it again) when the HTTP embedder was down and answers
+        ``/health`` again, or answers it now and ``again`` (the call's first such failure: it may have failed
+        before the server came back); False when it is up (or no HTTP embedder is set): a bad call, the responses
+        stay unscorable. Raises :class:`ServerOutageError` once this call has waited ``judge_outage_s``."""
         if not self.config.embed_url:
             return False
         url = health_url(self.config.embed_url)
         why = probe_health(url)
         if not why:
-            return False
+            return again
         now = time.monotonic()
         if self._outage_started is None:
             self._outage_started = now

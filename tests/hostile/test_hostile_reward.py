@@ -166,6 +166,18 @@ def gt_of(rs, **changes):
         r["ground_truth"] = pack_ground_truth(gt.__class__(**{**gt.__dict__, **changes}))
 
 
+def fails_one_request():
+    """A judge that answers 500 to every sending of the first request it sees (sent again once, still failing: a
+    single bad call while the server is up) and scores the others."""
+    seen: dict[str, str] = {}
+
+    def handler(p, b, n):
+        key = json.dumps(b.get("messages"), sort_keys=True)
+        return Reply(status=500) if "chat" in p and seen.setdefault("first", key) == key else None
+
+    return handler
+
+
 CASES: list[Case] = [
     # ---------------------------------------------------------------- good runs
     Case("lexical-ok", LEX, success(check_scored()), env_inputs),
@@ -534,7 +546,7 @@ CASES: list[Case] = [
         "judge-partial-failure",
         HTTP,
         value(lambda c, r: assert_partial(c), "one failed request leaves its response unscorable, others scored"),
-        with_server(lambda p, b, n: Reply(status=500) if "chat" in p and n == 0 else None),
+        with_server(fails_one_request()),
     ),
 ]
 

@@ -287,7 +287,8 @@ def test_unscorable_response_gets_its_group_mean_and_a_dead_group_gets_zero(cach
     assert [(b.overall, b.unscorable) for b in out[5:]] == [(0.0, 1.0)] * 3
     s = scorer.last
     assert (s.unscorable, dict(s.unscorable_reasons), s.groups, s.groups_all_unscorable) == (4, {"judge": 4}, 2, 1)
-    assert (dict(s.judge.failures), s.judge.retries, dict(s.reject_reasons)) == ({"http_5xx": 4}, 4, {"no_object": 1})
+    # each FAIL: 1 + retries=1 attempts, then sent once more as /health answers (it may have failed before it did)
+    assert (dict(s.judge.failures), s.judge.retries, dict(s.reject_reasons)) == ({"http_5xx": 4}, 8, {"no_object": 1})
 
 
 def test_judge_that_stays_down_ends_the_call_with_one_outage_error_after_its_budget(cache, tmp_path, monkeypatch):
@@ -381,6 +382,74 @@ def test_single_bad_judge_calls_while_the_server_is_up_stay_unscorable_without_w
     assert time.monotonic() - t0 < 30  # no outage wait: /health answers and the others got scores
     assert [b.unscorable for b in out] == [0.0, 1.0, 0.0]
     assert scorer.last.judge.outages == 0 and dict(scorer.last.judge.failures) == {"http_5xx": 1}
+    sent = [answer_in(body) for path, body in srv.requests if path == "/v1/chat/completions"]
+    assert sorted(sent) == ["a0", "a1", "a1", "a1", "a1", "a2"]  # a1: two rounds of 1 + retries=1 attempts
+
+
+def test_requests_that_failed_before_the_judge_came_back_mid_batch_are_sent_again_and_scored(cache):
+    """A batch straddling a judge restart: the requests that failed while it was down (all their attempts 503) and
+    those sent once it was back (scored) end in one batch whose /health answers. They are sent once more and get
+    real scores, never the group mean of a judge that was merely late."""
+    g = gt(cache)
+    batch = [inp({"answer": f"a{i}", "quotes": [EN]}, g) for i in range(3)]
+    tries = {"a1": 0}
+
+    def handler(path, body, n):
+        if path == "/v1/chat/completions" and answer_in(body) == "a1":
+            tries["a1"] += 1
+            if tries["a1"] <= 2:  # both attempts (1 + retries=1) of the first round: the server was still down
+                return Reply(status=503)
+        return None
+
+    with ScriptedOpenAIServer(handler=handler) as srv:
+        scorer = RewardScorer(http_config(cache, srv.url, judge_outage_s=600))
+        out = [b for b, _ in scorer.score(batch)]
+    assert [(b.unscorable, b.answer) for b in out] == [(0.0, 4.0)] * 3
+    js = scorer.last.judge
+    assert (tries["a1"], js.ok, js.outages, dict(js.failures)) == (3, 3, 0, {})
+
+
+def test_an_embedder_call_that_failed_before_the_server_came_back_is_made_again(sample_pdf, tmp_path, monkeypatch):
+    """The embedder's half of the rule: its call failed (503; the encoder's own retries off) but /health answers by
+    the time the reward looks, so the call is made once more and the quotes are embedded; a second failure with the
+    server up is a bad call (unscorable, two calls, no wait)."""
+    import reward.pipeline as pipeline
+    from data_prep.cache import build_cache
+    from data_prep.encoders import get_encoder
+    from data_prep.parsers import get_parser
+
+    def without_retries(*args, **kwargs):
+        enc = make_quote_encoder(*args, **kwargs)
+        enc.backend.settings = dataclasses.replace(enc.backend.settings, max_retries=0)
+        return enc
+
+    make_quote_encoder = pipeline.make_quote_encoder
+    monkeypatch.setattr(pipeline, "make_quote_encoder", without_retries)
+
+    state = {"fail": 0, "calls": 0}
+
+    def handler(path, body, n):
+        if path == "/v1/embeddings" and state["fail"]:
+            state["calls"] += 1
+            state["fail"] -= 1
+            return Reply(status=503)
+        return None
+
+    with ScriptedOpenAIServer(handler=handler, embed_dim=8) as srv:
+        enc = get_encoder("qwen3-vl-embedding", transport="http", url=srv.url, dim=8, block_content="text",
+                          max_retries=0)  # fmt: skip
+        cached = build_cache(sample_pdf, get_parser("pdftext"), enc, tmp_path)
+        config = RewardConfig(cache_dir=str(tmp_path), judge="lexical", embed_url=srv.url, judge_outage_s=600)
+        batch = [inp({"answer": "a", "quotes": [EN, ROW]}, gt(cached))]
+        state["fail"] = 1
+        scorer = RewardScorer(config)
+        ((b, cits),) = scorer.score(batch)
+        assert (len(cits), b.unscorable, state["calls"], scorer.last.embed_outages) == (2, 0.0, 1, 0)
+        state["fail"], state["calls"] = 2, 0
+        t0 = time.monotonic()
+        ((b, cits),) = RewardScorer(config).score(batch)
+    assert (b.unscorable, state["calls"]) == (1.0, 2)
+    assert time.monotonic() - t0 < 30  # no outage wait: the server is up
 
 
 def test_embedding_outage_makes_responses_unscorable(cache):
