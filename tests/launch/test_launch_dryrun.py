@@ -637,16 +637,15 @@ def test_settings_prints_every_resolved_value(tmp_path):
     assert "Qwen/Qwen3.5-9B" in next(x for x in r.stdout.splitlines() if "QUOTECITE_JUDGE_MODEL" in x)
 
 
-def test_a_job_without_its_software_stops_in_seconds_naming_the_set_up_command(tmp_path):
+def test_a_job_without_its_software_stops_naming_the_set_up_command(tmp_path):
     env = standin_env(tmp_path, max_steps=2, QUOTECITE_ENV_SETUP="1", QUOTECITE_ENV_ROOT=str(tmp_path / "envs"),
                       QUOTECITE_HF_HOME=str(tmp_path / "hf"))  # fmt: skip
-    started = time.monotonic()
     r = subprocess.run(["bash", GRPO], env=env, capture_output=True, text=True, timeout=60)
-    took = time.monotonic() - started
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert "python -m launch.setup setup" in r.stderr and "python -m launch.setup fetch-models" in r.stderr
-    assert took < 30  # no install, no download: it only looks
+    # no install, no download, no segment: it only looks
     assert not (tmp_path / "run" / "segments").exists() and not (tmp_path / "envs").exists()
+    assert not (tmp_path / "hf").exists()
 
 
 def test_a_one_node_trainer_starts_its_own_ray_even_with_a_stale_cluster_file(tmp_path):

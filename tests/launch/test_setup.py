@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -245,12 +244,16 @@ def test_the_policy_comes_from_the_recipe_unless_overridden(tmp_path):
     assert S.models(REPO, env_for(tmp_path))[2].name == "Qwen/Qwen3-VL-8B-Instruct"
 
 
-def test_readiness_stats_only_and_is_fast(tmp_path):
+def test_readiness_only_reads_files_and_never_starts_a_program(tmp_path, monkeypatch):
+    """A job asks before it starts anything: the stamps, the lock and the snapshots are read, no venv's python is
+    run (its speed is `make bench`'s business, not a test's)."""
     env = ready_tree(tmp_path)
-    t = time.monotonic()
-    for _ in range(20):
-        assert S.readiness(REPO, env) == []
-    assert (time.monotonic() - t) / 20 < 0.5
+
+    def no_program(*args, **kwargs):
+        raise AssertionError(f"readiness started a program: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_program)
+    assert S.readiness(REPO, env) == []
 
 
 # --------------------------------------------------------------------------------------------- job_env
@@ -466,10 +469,8 @@ def _eval_job(tmp: Path, env: dict[str, str], *args: str) -> subprocess.Complete
                           text=True, timeout=120)  # fmt: skip
 
 
-def test_a_job_stops_within_seconds_naming_the_commands_and_installs_nothing(tmp_path):
-    t = time.monotonic()
+def test_an_eval_job_without_its_software_stops_naming_the_commands_and_installs_nothing(tmp_path):
     r = _eval_job(tmp_path, env_for(tmp_path))
-    assert time.monotonic() - t < 20
     assert r.returncode == 1 and not (tmp_path / "run" / "eval").exists()
     assert (
         "missing: trainer environment" in r.stderr and "run: python -m launch.setup setup --only trainer" in r.stderr

@@ -302,7 +302,7 @@ def test_judge_that_stays_down_ends_the_call_with_one_outage_error_after_its_bud
                 [inp({"answer": "a", "quotes": [EN]}, g), inp("prose", g)],
                 **http_config(cache, dead, judge_outage_s=1.5).to_dict(),
             )
-        assert 1.5 <= time.monotonic() - t0 < 10
+        assert time.monotonic() - t0 >= 1.5  # it waited its budget (a budget ignored: a hang, pytest-timeout's)
         msg = str(e.value)
         assert "\n" not in msg and msg.startswith(f"judge at {dead}/chat/completions is down: no answer for ")
         assert "judge_outage_s=1.5" in msg and isinstance(e.value, QuoteciteError)  # the CLIs print it as one line
@@ -377,11 +377,10 @@ def test_single_bad_judge_calls_while_the_server_is_up_stay_unscorable_without_w
 
     with ScriptedOpenAIServer(handler=handler) as srv:
         scorer = RewardScorer(http_config(cache, srv.url, judge_outage_s=600))
-        t0 = time.monotonic()
         out = [b for b, _ in scorer.score(batch)]
-    assert time.monotonic() - t0 < 30  # no outage wait: /health answers and the others got scores
     assert [b.unscorable for b in out] == [0.0, 1.0, 0.0]
-    assert scorer.last.judge.outages == 0 and dict(scorer.last.judge.failures) == {"http_5xx": 1}
+    js = scorer.last.judge  # no outage wait: /health answers and the others got scores
+    assert (js.outages, js.outage_wait_s, dict(js.failures)) == (0, 0.0, {"http_5xx": 1})
     sent = [answer_in(body) for path, body in srv.requests if path == "/v1/chat/completions"]
     assert sorted(sent) == ["a0", "a1", "a1", "a1", "a1", "a2"]  # a1: two rounds of 1 + retries=1 attempts
 
@@ -446,10 +445,10 @@ def test_an_embedder_call_that_failed_before_the_server_came_back_is_made_again(
         ((b, cits),) = scorer.score(batch)
         assert (len(cits), b.unscorable, state["calls"], scorer.last.embed_outages) == (2, 0.0, 1, 0)
         state["fail"], state["calls"] = 2, 0
-        t0 = time.monotonic()
-        ((b, cits),) = RewardScorer(config).score(batch)
+        scorer = RewardScorer(config)
+        ((b, cits),) = scorer.score(batch)
     assert (b.unscorable, state["calls"]) == (1.0, 2)
-    assert time.monotonic() - t0 < 30  # no outage wait: the server is up
+    assert (scorer.last.embed_outages, scorer.last.embed_outage_wait_s) == (0, 0.0)  # no wait: the server is up
 
 
 def test_embedding_outage_makes_responses_unscorable(cache):

@@ -184,11 +184,10 @@ def test_outage_wait_ends_when_any_replica_comes_back(servers):
 
     restart = threading.Timer(1.5, lambda: servers(port=port, delay=0.0))
     restart.start()
-    t0 = time.monotonic()
-    out = j.score_batch(reqs(3, "wait"))
+    out = j.score_batch(reqs(3, "wait"))  # past outage_s=30 it would raise instead
     restart.join()
     assert out == [JudgeScores(3, 4, 5)] * 3
-    assert j.stats.outages >= 1 and time.monotonic() - t0 < 30
+    assert j.stats.outages >= 1
 
 
 # --------------------------------------------------------------------------------------------- health by content
