@@ -90,6 +90,7 @@ from core.io import loads_record
 from data_prep.cache import CachedDoc
 from data_prep.groundtruth import GroundTruth
 from data_prep.text import normalize_for_compare
+from reward.servers import through_outages
 
 log = logging.getLogger("reward.lat")
 
@@ -658,8 +659,7 @@ class StepTerms:
         """Similarities of every placed step (up to ``max_steps``): one PDF open and one embedder call per document
         (its responses' steps together, as the quote reward batches its quotes); when that call fails, each
         response's steps alone, so only the responses whose steps cannot be embedded are unscorable.
-        ``await_outage(error, again)``: the scorer's outage wait (True: call again; ``again``: the call's first such
-        failure)."""
+        ``await_outage(error, again)``: the scorer's outage wait (:func:`reward.servers.through_outages`)."""
         by_doc: dict[str, list[StepItem]] = defaultdict(list)
         for it in items:
             it.acc = accuracy(it.parsed.answer, it.gt.answer)
@@ -670,20 +670,10 @@ class StepTerms:
                 by_doc[it.cached.key].append(it)
         for its in by_doc.values():
             cached = its[0].cached
-            embedder = None
-            again = True
-            while embedder is None:
-                try:
-                    embedder = self.embedder_for(cached)
-                except InputError:
-                    raise
-                except Exception as e:  # an embedding server that cannot be reached: unscorable, never a crash
-                    if await_outage(e, again):
-                        again = False
-                        continue
-                    log.warning("LAT step embedder for %s unavailable: %s", cached.key, e)
-                    break
-            if embedder is None:
+            # an embedding server that cannot be reached: unscorable, never a crash
+            embedder, error = through_outages(await_outage, self.embedder_for, cached)
+            if error is not None:
+                log.warning("LAT step embedder for %s unavailable: %s", cached.key, error)
                 for it in its:
                     it.failed = "embed"
                 continue
@@ -692,20 +682,12 @@ class StepTerms:
             ]
             flat = [it.step_regions[k] for it, ks in zip(its, idx, strict=True) for k in ks]
             with cached.open_pdf() as doc:
-                parts = None
-                again = True
-                while parts is None:
-                    try:
-                        sims = np.asarray(embedder.similarities(cached, flat, doc), np.float32)
-                        parts = np.split(sims, np.cumsum([len(ks) for ks in idx])[:-1])
-                    except InputError:
-                        raise
-                    except Exception as e:
-                        if await_outage(e, again):
-                            again = False
-                            continue
-                        log.warning("LAT step similarities of %s failed (%s); embedding per response", cached.key, e)
-                        parts = [self._one(embedder, cached, doc, it, ks) for it, ks in zip(its, idx, strict=True)]
+                sims, error = through_outages(await_outage, embedder.similarities, cached, flat, doc)
+                if error is None:
+                    parts = np.split(np.asarray(sims, np.float32), np.cumsum([len(ks) for ks in idx])[:-1])
+                else:
+                    log.warning("LAT step similarities of %s failed (%s); embedding per response", cached.key, error)
+                    parts = [self._one(embedder, cached, doc, it, ks) for it, ks in zip(its, idx, strict=True)]
             for it, ks, part in zip(its, idx, parts, strict=True):
                 if part is not None:
                     it.sims[ks] = part

@@ -68,6 +68,7 @@ import time
 from collections import Counter, OrderedDict, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -92,7 +93,7 @@ from reward.resolve import (
 )
 from reward.response import ParsedResponse, parse_response
 from reward.scoring import KEEP_DROP, REWARD_FORMS, CitedEvidence, RewardBreakdown, get_reward_form
-from reward.servers import ServerOutageError, health_url, probe_health, wait_for_health
+from reward.servers import ServerOutageError, health_url, probe_health, through_outages, wait_for_health
 
 log = logging.getLogger("reward")
 
@@ -514,7 +515,7 @@ class RewardScorer:
         steps, the terms; an unscorable response (its steps could not be embedded) gets its group's mean."""
         t0 = time.perf_counter()
         self.steps.place(items)
-        self.steps.embed(items, await_outage=lambda e, again: self._await_embedder(e, stats, again))
+        self.steps.embed(items, await_outage=partial(self._await_embedder, stats=stats))
         embed_s = time.perf_counter() - t0
         stats.seconds["embed"] += embed_s
         rows = [self.steps.breakdown(it, embed_s) for it in items]
@@ -655,25 +656,15 @@ class RewardScorer:
         facades = {} if facades is None else facades
         by_encoder: dict[str, list[_Item]] = defaultdict(list)
         encoders = {}
+        await_outage = partial(self._await_embedder, stats=stats)
         for it in live:
             if it.failed:
                 continue
-            again = True
-            while True:
-                try:
-                    enc = self.encoder_for(it.cached)
-                    break
-                except InputError:
-                    raise  # misconfiguration (no embeddings, wrong encoder): stop at the first call
-                except Exception as e:  # an HTTP encoder whose server cannot be reached
-                    if self._await_embedder(e, stats, again):
-                        again = False
-                        continue
-                    log.warning("quote encoder for %s unavailable: %s", it.cached.key, e)
-                    it.failed = "embed"
-                    enc = None
-                    break
-            if enc is None:
+            # misconfiguration (no embeddings, wrong encoder) raises; an HTTP encoder's server unreachable: unscorable
+            enc, error = through_outages(await_outage, self.encoder_for, it.cached)
+            if error is not None:
+                log.warning("quote encoder for %s unavailable: %s", it.cached.key, error)
+                it.failed = "embed"
                 continue
             encoders[enc.name] = enc
             by_encoder[enc.name].append(it)
@@ -686,23 +677,15 @@ class RewardScorer:
                 facades[name] = (MemoEncoder(encoders[name], max_items=None), set())
             facade, known = facades[name]
             texts = [t for t in texts if t not in known]
-            vecs = None if texts else np.zeros((0, facade.dim), dtype=np.float32)
-            again = True
-            while vecs is None:
-                try:
-                    vecs = np.asarray(encoders[name].embed_texts(texts), dtype=np.float32)
-                except InputError:
-                    raise
-                except Exception as e:  # the embedding server failed the call
-                    if self._await_embedder(e, stats, again):
-                        again = False
-                        continue
-                    log.warning("embedding %d quotes with %s failed: %s", len(texts), name, e)
-                    break
-            if vecs is None:
+            vecs, error = np.zeros((0, facade.dim), dtype=np.float32), None
+            if texts:
+                vecs, error = through_outages(await_outage, encoders[name].embed_texts, texts)
+            if error is not None:  # the embedding server failed the call
+                log.warning("embedding %d quotes with %s failed: %s", len(texts), name, error)
                 for it in its:
                     it.failed = "embed"
                 continue
+            vecs = np.asarray(vecs, dtype=np.float32)
             facade.remember(texts, vecs)
             known.update(texts)
             for it in its:
@@ -710,7 +693,7 @@ class RewardScorer:
         stats.seconds["embed"] += time.perf_counter() - t0
         return out
 
-    def _await_embedder(self, error: Exception, stats: BatchStats, again: bool) -> bool:
+    def _await_embedder(self, error: Exception, again: bool, stats: BatchStats) -> bool:
         """After a failed embedding call: True (call it again) when the HTTP embedder was down and answers
         ``/health`` again, or answers it now and ``again`` (the call's first such failure: it may have failed
         before the server came back); False when it is up (or no HTTP embedder is set): a bad call, the responses

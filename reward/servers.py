@@ -3,7 +3,8 @@
 * :func:`health_url` / :func:`probe_health` / :func:`wait_for_health`: vLLM's ``/health`` of an API base URL, one
   probe, and the one wait with exponential backoff (:data:`HEALTH_BACKOFF_S`) that the judge, the quote embedder
   and the launch's server start-up share.
-* :class:`ServerOutageError`: a server stayed down past its outage budget.
+* :class:`ServerOutageError`: a server stayed down past its outage budget; :func:`through_outages`: one call
+  made again while the outage wait says so.
 * Judge replicas: one judge behind several OpenAI-compatible servers.
 
 ``judge_url`` (and ``--judge-url`` on the command lines) takes one base URL or several (a comma-separated string,
@@ -112,6 +113,29 @@ def wait_for_health(
         time.sleep(step)
         slept += step
         pause = min(cap, pause * 2)
+
+
+def through_outages(await_outage: Callable[[Exception, bool], bool], call: Callable, *args):
+    """``(call(*args), None)``, or ``(None, error)`` once the call has failed for good: after each failure other than an
+    :class:`~core.errors.InputError` (misconfiguration: raised), ``await_outage(error, again)`` says whether to call
+    again (it may wait for the server, or raise :class:`ServerOutageError`); ``again`` is True until it first says
+    so (the embedder's "once more while /health answers", :mod:`reward.pipeline`).
+
+    >>> through_outages(lambda error, again: False, divmod, 7, 2)
+    ((3, 1), None)
+    >>> through_outages(lambda error, again: False, divmod, 7, 0)[1].__class__.__name__
+    'ZeroDivisionError'
+    """
+    again = True
+    while True:
+        try:
+            return call(*args), None
+        except InputError:
+            raise
+        except Exception as e:
+            if not await_outage(e, again):
+                return None, e
+            again = False
 
 
 DOWN_KINDS: frozenset[str] = frozenset({"timeout", "connection", "http_5xx"})
