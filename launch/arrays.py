@@ -458,8 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(rest)
     prog: Program | None = None
     try:
-        s = settings.resolve(os.environ, REPO, {kind}, a.config, a.set)
-        os.environ.update(s.env(("file", "command line")))  # the array's jobs and every step see the same values
+        s = settings.resolve_into(os.environ, REPO, {kind}, a.config, a.set)  # the array's jobs and steps: the same
         prog = PROGRAMS[kind](a.dry_run, s)
         if not prog.dry:
             signal.signal(signal.SIGTERM, prog.on_term)

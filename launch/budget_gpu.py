@@ -350,7 +350,7 @@ def read_recipe(path: str | Path, overrides: list[str] | None = None, world: int
     def flag(key: str) -> bool:
         return setting(r, key, False, bool)
 
-    return GpuRecipe(
+    g = GpuRecipe(
         model=model,
         shape=shape,
         world=world or setting(r, "trainer.n_gpus_per_node", 8) * setting(r, "trainer.nnodes", 1),
@@ -358,6 +358,23 @@ def read_recipe(path: str | Path, overrides: list[str] | None = None, world: int
         use_kl_loss=flag("algorithm.use_kl_loss") and not flag("algorithm.disable_kl"),
         **{f.name: setting(r, f.metadata["key"], f.default, type(f.default)) for f in fields(GpuRecipe) if f.metadata},
     )
+    bad = [
+        f"{f.metadata['key']}={getattr(g, f.name)}"
+        for f in fields(g)
+        if f.name in _AT_LEAST_1 and getattr(g, f.name) < 1
+    ]
+    bad += [] if g.world >= 1 else [f"trainer GPUs (n_gpus_per_node x nnodes)={g.world}"]
+    if bad:
+        raise InputError(f"recipe {path}: {', '.join(bad)}: expected at least 1")
+    if not 0 < g.gpu_util <= 1:
+        raise InputError(
+            f"recipe {path}: worker.rollout.gpu_memory_utilization={g.gpu_util}: expected more than 0, at most 1"
+        )
+    return g
+
+
+_AT_LEAST_1 = ("prompt", "response", "micro_update", "micro_experience", "n", "tensor_parallel", "max_batched_tokens")
+"""The recipe's numbers the estimate divides by or counts with (``limit_images`` and ``lora_rank`` may be 0)."""
 
 
 # --------------------------------------------------------------------------------------------- the estimate

@@ -136,8 +136,10 @@ def _job_id(environ, dry: bool) -> str:
 class Job:
     """One Slurm job of a training chain (see the module docstring)."""
 
-    def __init__(self, s: settings.Settings, args: list[str], ex: Executor, environ: dict, probe=None) -> None:
-        self.s, self.ex, self.environ = s, ex, dict(environ)
+    def __init__(
+        self, s: settings.Settings, args: list[str], ex: Executor, environ: dict, probe=None, layers: list[str] = ()
+    ) -> None:
+        self.s, self.ex, self.environ, self.layers = s, ex, dict(environ), list(layers)  # layers: --config, --set
         self.probe = probe or preflight.Probe()  # what the pre-flight checks read from the node (tests give theirs)
         self.args = check_overrides(list(args))
         self.job_id = _job_id(environ, ex.dry)
@@ -500,6 +502,7 @@ class Job:
             f"embedder        {s.models.embed_model} at {self.url('embed')}",
             f"stop on USR1    {s.run.trainer_stop} (grace {s.run.stop_grace:g}s); chain: {chain}, stop after "
             f"{s.chain.max_stalled_jobs} jobs without progress; this is run {run_n} of job {self.job_id}",
+            "on SIGTERM      stop everything (by process group) and record the segment; Slurm requeues the job or not",
             f"restarts        at most {s.servers.max_server_restarts} of a dead judge or embedder, "
             f"{s.run.max_restarts} of the trainer after a server outage (in a new segment), in this job",
         ]
@@ -874,7 +877,7 @@ class Job:
 
     def resubmit_hint(self) -> str:
         """The command that continues the run by hand (a new job of the script, with this job's arguments)."""
-        script = shlex.join(["launch/grpo_8b.sh", *self.args])
+        script = shlex.join(["launch/grpo_8b.sh", *self.layers, *self.args])
         return f"cd {REPO} && QUOTECITE_RUN_DIR={shlex.quote(str(self.run_dir))} sbatch [your sbatch options] {script}"
 
     def state_chain(self) -> State:
@@ -973,8 +976,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        s = settings.resolve(os.environ, REPO, file=a.config, sets=a.set)
-        os.environ.update(s.env(("file", "command line")))  # every step and child sees the values the job sees
+        s = settings.resolve_into(os.environ, REPO, file=a.config, sets=a.set)  # every step and child: the same
         if a.smoke:  # launch/smoke.py: its own run folder, two steps, no next job, save and validate at each step
             job_id = _job_id(os.environ, a.dry_run)
             os.environ.update(smoke.environment(os.environ, Path(s.run.run_dir).resolve(), job_id))
@@ -988,7 +990,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             job_id = os.environ.get("SLURM_JOB_ID") or f"local-{socket.gethostname()}-{os.getpid()}"
             ex = Executor(Path(s.run.run_dir).resolve() / "logs" / f"steps-{job_id}.jsonl")
-        job = Job(s, rest, ex, dict(os.environ))
+        layers = [*(["--config", str(a.config.absolute())] if a.config else []), *(f"--set={x}" for x in a.set)]
+        job = Job(s, rest, ex, dict(os.environ), layers=layers)
         if not a.smoke:
             return job.run()
         sampler = smoke.start_sampler(job, ex)  # smoke: sstat for the whole job, then eval infer and the summary

@@ -2,7 +2,7 @@
 
 docs/settings.md is the user's guide (the layers, ``--config``, ``--set``, the table generated from here). A field is
 made by :func:`opt`; the docstring under it is its help; ``s.servers.health_timeout`` is ``QUOTECITE_HEALTH_TIMEOUT``.
-In a default, ``{repo}`` is the repository and ``{QUOTECITE_X}`` a setting above (unset, it leaves this one unset). As
+In any value, ``{repo}`` is the repository and ``{QUOTECITE_X}`` a setting above (unset, a default is unset too). As
 in a shell's ``${VAR:-default}``, an empty value counts as unset, except for a setting made with ``empty=True``.
 """
 
@@ -22,7 +22,7 @@ import re
 import shlex
 import sys
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -155,9 +155,9 @@ def node_counts(value: str) -> list[int]:
     """GPUs per node in Slurm's count form: ``8``, ``8(x2),4`` (one count for every node, or one per node)."""
     out: list[int] = []
     for item in value.split(","):
-        m = re.fullmatch(r"\s*([0-9]{1,4})\s*(?:\(x([0-9]{1,5})\))?\s*", item)
+        m = re.fullmatch(r"\s*([0-9]{1,4})\s*(?:\(x([1-9][0-9]{0,4})\))?\s*", item)
         if not m:
-            raise ValueError(f"{item.strip()!r} is not a count like 8 or 8(x2)")
+            raise ValueError(f"{item.strip()!r} is not a count like 8 or 8(x2) (a repeat names at least one node)")
         out.extend([int(m.group(1))] * int(m.group(2) or 1))
     if len(out) > 100_000:
         raise ValueError(f"{len(out)} nodes is more than any allocation")
@@ -244,7 +244,7 @@ class Run:
     allow_recipe_change: bool = opt("0", flag, "0/1", "launch")
     """Let a resumed run continue with a changed recipe."""
     python: str | None = opt(None, text, "path", "launch,eval,prep")
-    """Python of the launch's own tools (default: REPO/.venv/bin/python, else python3)."""
+    """Python of the launch's own tools (default: REPO/.venv/bin/python, which `make install` builds)."""
     metrics_dir: Path | None = opt(None, path, "path", "reward")
     """Segment folder the reward writes its counters and samples to (set by the launch)."""
     segment: str | None = opt(None, text, "", "reward")
@@ -652,22 +652,33 @@ def resolve(
     config = file or cli.get(PREFIX + "CONFIG") or env.get(PREFIX + "CONFIG")
     layers = {"command line": cli, "environment": env, "file": _read_file(Path(config), problems) if config else {}}
     picked = {s.name: _pick(s, layers) for s in SETTINGS}
+    order = {s.name: i for i, s in enumerate(SETTINGS)}
+    refs = {n: tuple(r for r in _TEMPLATE.findall(raw or "") if r != "repo") for n, (_, raw) in picked.items()}
     wanted = {n for n, (source, _) in picked.items() if readers is None or source != "default"}
     wanted |= {s.name for s in SETTINGS if s.reader_set & set(readers or ())}
-    for s in reversed(SETTINGS):  # a default names settings above it only
-        if s.name in wanted and picked[s.name][0] == "default":
-            wanted.update(s.refers_to)
+    for s in reversed(SETTINGS):  # a value names settings above it only
+        if s.name in wanted:
+            wanted.update(r for r in refs[s.name] if order.get(r, len(order)) < order[s.name])
     values, provenance = {}, {}
     for s in (s for s in SETTINGS if s.name in wanted):
         source, raw = picked[s.name]
         origin = {"file": f" (from {config})", "command line": " (from --set)"}.get(source, "")
-        if source == "default" and raw is not None:
-            if any(ref not in values for ref in s.refers_to):
+        if raw is not None and (refs[s.name] or "{repo}" in raw):  # a template, in a default or a user's value
+            given, wrong = raw, [r for r in refs[s.name] if order.get(r, len(order)) >= order[s.name]]
+            if source != "default" and wrong:
+                problems.append(f"{s.name}={raw!r}{origin}: {{{wrong[0]}}} is not a setting above this one")
+                continue
+            if any(ref not in values for ref in refs[s.name]):
                 continue  # a setting it is made from is wrong: reported there
-            parts = {"repo": str(repo)} | {ref: provenance[ref][1] for ref in s.refers_to}
-            for ref, ref_text in parts.items():  # naming an unset setting, it is unset too
+            parts = {"repo": str(repo)} | {ref: provenance[ref][1] for ref in refs[s.name]}
+            for ref, ref_text in parts.items():  # naming an unset setting, a default is unset too
                 raw = None if raw is None or ref_text is None else raw.replace(f"{{{ref}}}", ref_text)
-            origin = f" (its default, from {', '.join(s.refers_to)})" if s.refers_to else ""
+            if source == "default":
+                origin = f" (its default, from {', '.join(s.refers_to)})" if s.refers_to else ""
+            elif raw is None:
+                unset = next(ref for ref in refs[s.name] if provenance[ref][1] is None)
+                problems.append(f"{s.name}={given!r}{origin}: {{{unset}}} is unset")
+                continue
         try:
             values[s.name] = None if raw is None else s.parse(_one_line(raw))
         except (argparse.ArgumentTypeError, ValueError) as e:  # InputError is a ValueError
@@ -686,6 +697,23 @@ def resolve(
     for name, value in values.items():
         groups[BY_NAME[name].group][BY_NAME[name].short] = value
     return Settings(**{g: cls(**groups[g]) for g, cls in _GROUP_CLASSES.items()}, provenance=provenance)
+
+
+def resolve_into(
+    env: MutableMapping[str, str],
+    repo: Path,
+    readers: set[str] | None = None,
+    file: Path | None = None,
+    sets: Sequence[str] = (),
+) -> Settings:
+    """:func:`resolve`, then the file's and command line's values put into ``env`` (a program's ``os.environ``), and
+    ``file`` as ``QUOTECITE_CONFIG``: every child, and every later :func:`resolve` of ``env``, sees the same values
+    and reads no other settings file."""
+    s = resolve(env, repo, readers, file, sets)
+    env.update(s.env(("file", "command line")))
+    if file is not None:
+        env[PREFIX + "CONFIG"] = str(Path(file).absolute())
+    return s
 
 
 # ------------------------------------------------------------------------------------------------- rendering

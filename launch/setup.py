@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     a = p.parse_args(argv)
     try:
         # every QUOTECITE_* setting checked once, as the job checks it, before any is read: one error listing each
-        env.update(settings.resolve(env, REPO, file=a.config, sets=a.set).env(("file", "command line")))
+        settings.resolve_into(env, REPO, file=a.config, sets=a.set)
         return a.run(a, env)
     except (InputError, OSError) as e:
         print(f"{p.prog} {a.command}: error: {e}", file=sys.stderr)

@@ -273,6 +273,23 @@ def test_a_share_too_small_for_the_rollout_kv_cache_is_refused():
     assert r.returncode == 3 and "vLLM's KV cache" in r.stderr and "fewer than one prompt and response" in r.stderr
 
 
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        (["worker.rollout.tensor_parallel_size=0"], "worker.rollout.tensor_parallel_size=0"),
+        (["data.max_prompt_length=0", "data.max_response_length=0"], "data.max_prompt_length=0, data.max_response"),
+        (["worker.actor.micro_batch_size_per_device_for_update=0"], "micro_batch_size_per_device_for_update=0"),
+        (["trainer.n_gpus_per_node=0"], "trainer GPUs (n_gpus_per_node x nnodes)=0"),
+        (["worker.rollout.gpu_memory_utilization=1.5"], "gpu_memory_utilization=1.5: expected more than 0"),
+    ],
+)
+def test_a_recipe_number_the_estimate_divides_by_is_refused_naming_its_key(overrides, named):
+    r = budget_cli("--gpu", "h200", *overrides)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"error: recipe {RECIPE}: ")
+    assert named in r.stderr
+
+
 # --------------------------------------------------------------------------------------------- the job
 def _dry(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     from tests.launch.test_launch_dryrun import GRPO, base_env

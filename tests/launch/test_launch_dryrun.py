@@ -174,6 +174,26 @@ def test_dry_run_passes_extra_arguments_to_the_trainer_and_requeues_itself(tmp_p
     out = dry_run(tmp_path, args=("worker.rollout.n=8",), QUOTECITE_MAX_STEPS="8")
     assert "# if the run is not complete and the job made progress: requeue this same job" in out
     assert "+ scontrol requeue JOBID" in out and "chain: scontrol requeue of this job" in out
+    assert "\n# on SIGTERM      stop everything (by process group) and record the segment;" in out
+
+
+HINT = """
+import sys
+from launch import job
+job.Job.run = lambda self: print(self.resubmit_hint()) or 0
+sys.exit(job.main(sys.argv[1:]))
+"""
+
+
+def test_the_command_that_resumes_by_hand_keeps_the_jobs_config_and_set_options(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("run:\n  max_steps: 40\n")
+    args = ["--dry-run", "--config", str(cfg), "--set", "run.trainer_stop=signal", "worker.rollout.n=4"]
+    r = subprocess.run([PY, "-c", HINT, *args], env=base_env(tmp_path), capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    hint = r.stdout.strip().splitlines()[-1]
+    tail = f"launch/grpo_8b.sh --config {cfg} --set=run.trainer_stop=signal worker.rollout.n=4"
+    assert hint.endswith(f"sbatch [your sbatch options] {tail}"), hint
 
 
 @pytest.mark.parametrize(

@@ -247,6 +247,7 @@ BAD = [
     ("QUOTECITE_JUDGE_CMD", "   "),
     ("QUOTECITE_JUDGE_MODEL", "Qwen/Qwen 3"),
     ("QUOTECITE_NODE_GPUS", "8(x2"),
+    ("QUOTECITE_NODE_GPUS", "8(x0)"),
     ("QUOTECITE_PREP_TASKS", "5-2"),
     ("QUOTECITE_EVAL_PHASE", "merge"),
     ("QUOTECITE_VLLM_SERVER", "latest"),
@@ -335,6 +336,28 @@ def test_repo_and_cross_setting_templates(tmp_path):
     # set explicitly, the setting wins over its template
     s = resolve({"QUOTECITE_DATA_DIR": "/d", "QUOTECITE_CACHE_DIR": "/c"}, tmp_path)
     assert (s.run.cache_dir, s.source("cache_dir")) == (Path("/c"), "environment")
+
+
+def test_a_users_value_may_name_the_repository_and_settings_above_it_in_every_layer(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text('run:\n  run_dir: "{repo}/runs/mine"\nprep:\n  prep_log_dir: "{QUOTECITE_PREP_OUT}/slurm-logs"\n')
+    env = {"QUOTECITE_PREP_OUT": "{QUOTECITE_RUN_DIR}/prep"}
+    s = resolve(env, tmp_path, file=f, sets=["run.cache_dir={QUOTECITE_RUN_DIR}/cache"])
+    assert s.run.run_dir == tmp_path / "runs" / "mine" and s.run.ckpt_dir == tmp_path / "runs" / "mine" / "checkpoints"
+    assert s.prep.prep_out == tmp_path / "runs" / "mine" / "prep"
+    assert s.prep.prep_log_dir == tmp_path / "runs" / "mine" / "prep" / "slurm-logs"
+    assert (s.run.cache_dir, s.source("cache_dir")) == (tmp_path / "runs" / "mine" / "cache", "command line")
+    # a child given the resolved text resolves the same values
+    assert resolve(s.env(), tmp_path) == s
+    assert problems({"QUOTECITE_RUN_DIR": "{QUOTECITE_PREP_OUT}/run"}, tmp_path) == [
+        "QUOTECITE_RUN_DIR='{QUOTECITE_PREP_OUT}/run': {QUOTECITE_PREP_OUT} is not a setting above this one"
+    ]
+    assert problems({"QUOTECITE_CACHE_DIR": "{QUOTECITE_DATA_DIR}/c"}, tmp_path) == [
+        "QUOTECITE_CACHE_DIR='{QUOTECITE_DATA_DIR}/c': {QUOTECITE_DATA_DIR} is unset"
+    ]
+    assert problems({}, tmp_path, sets=["run.ckpt_dir={QUOTECITE_NOPE}/c"]) == [
+        "QUOTECITE_CKPT_DIR='{QUOTECITE_NOPE}/c' (from --set): {QUOTECITE_NOPE} is not a setting above this one"
+    ]
 
 
 def test_a_template_over_a_bad_setting_is_reported_once(tmp_path):
@@ -562,8 +585,11 @@ def test_the_yaml_template_lists_every_user_setting_and_uncommented_gives_the_de
     assert [ln.split(":")[0].strip("# ") for ln in out.splitlines() if re.match(r"^  # [a-z0-9_]+: ", ln)] == [
         s.short for s in user
     ]
-    # uncomment every setting with a fixed default: the file resolves to exactly the defaults
-    fixed = {s.short for s in user if s.default is not None and "{" not in s.default}
+    # uncomment every setting with a default ({repo} and templates too, but for those that name an unset setting):
+    # the file resolves to exactly the defaults
+    defaults = resolve({}, tmp_path)
+    fixed = {s.short for s in user if s.default is not None and defaults.text(s.name) is not None}
+    assert {"run_dir", "ckpt_dir", "env_root", "prep_out", "prep_log_dir", "prep_tasks"} <= fixed
     body = "\n".join(ln.replace("  # ", "  ", 1) if ln.startswith("  # ") and ln[4:].split(":")[0] in fixed else ln
                      for ln in out.splitlines())  # fmt: skip
     f = tmp_path / "defaults.yaml"

@@ -661,3 +661,14 @@ def test_setup_never_removes_a_folder_outside_its_root(tmp_path):
     with pytest.raises(InputError, match="not a folder directly under"):
         S.build(sw, "server", "python3", env)
     assert (victim / "keep.txt").read_text() == "mine"
+
+
+def test_config_given_on_the_command_line_replaces_the_environments_config_for_every_later_read(tmp_path, capsys):
+    env = env_for(tmp_path)
+    del env["QUOTECITE_ENV_ROOT"], env["QUOTECITE_HF_HOME"]
+    (tmp_path / "a.yaml").write_text(f"software:\n  env_root: {tmp_path / 'from_a'}\n")
+    (tmp_path / "b.yaml").write_text(f"software:\n  hf_home: {tmp_path / 'hf_b'}\n")
+    env["QUOTECITE_CONFIG"] = str(tmp_path / "a.yaml")
+    assert S.main(["--config", str(tmp_path / "b.yaml"), "status"], env) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"# quotecite set-up: environments under {REPO / '.venv-gpu'}, HF_HOME {tmp_path / 'hf_b'}"
