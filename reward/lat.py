@@ -78,7 +78,7 @@ import math
 import re
 import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Protocol
 
@@ -520,6 +520,12 @@ class LateInteractionStepEmbedder:
         return np.asarray(self.encoder.late_interaction([r.text for r in regions], crops), np.float32)
 
 
+def vectors(call: Callable, *args) -> np.ndarray:
+    """``call(*args)`` as float32 vectors: an embedder's answer that is no array fails its call (the outage rule of
+    :func:`reward.servers.through_outages` then decides), never the batch."""
+    return np.asarray(call(*args), dtype=np.float32)
+
+
 def make_step_embedder(encoder, dpi: float = 150.0) -> StepEmbedder:
     """LAT's late interaction when ``encoder`` has one (``colqwen2``), else image attribution when it embeds
     images (``qwen3-vl-embedding``), else the text-layer counterpart (``minilm``)."""
@@ -682,9 +688,9 @@ class StepTerms:
             ]
             flat = [it.step_regions[k] for it, ks in zip(its, idx, strict=True) for k in ks]
             with cached.open_pdf() as doc:
-                sims, error = through_outages(await_outage, embedder.similarities, cached, flat, doc)
+                sims, error = through_outages(await_outage, vectors, embedder.similarities, cached, flat, doc)
                 if error is None:
-                    parts = np.split(np.asarray(sims, np.float32), np.cumsum([len(ks) for ks in idx])[:-1])
+                    parts = np.split(sims, np.cumsum([len(ks) for ks in idx])[:-1])
                 else:
                     log.warning("LAT step similarities of %s failed (%s); embedding per response", cached.key, error)
                     parts = [self._one(embedder, cached, doc, it, ks) for it, ks in zip(its, idx, strict=True)]

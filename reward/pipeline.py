@@ -36,9 +36,11 @@ request of the batch failing with timeouts, refused connections, 5xx or 429, or 
 ``/health`` does not answer, the call pauses, probes ``/health`` with backoff and then scores for real. Past the budget it raises
 :class:`reward.servers.ServerOutageError` (one line: server, URL, seconds waited) and, under the launch, first writes
 ``$QUOTECITE_METRICS_DIR/server_outage.json``, which is how ``launch/grpo_8b.sh`` knows to restart the servers and
-resume. A judge request that failed so, or a failed embedder call, is made once more when ``/health`` answers
-(the server may have come back while the batch ran); failing again with the server up, it is a single bad call
-and stays unscorable as above.
+resume. With the server up, a failure may still be the outage's (it came back while the batch ran): a judge
+request that failed so while others got scores is sent once more (also after a wait, :mod:`reward.judge`), and an
+embedder call that failed without a wait is made once more; failing again with the server up, it is a single bad
+call and stays unscorable as above. A document whose quote encoder could not be had leaves its other responses of
+that round unscorable without asking again.
 
 The keep key. EasyR1 b44b311's online filter keeps a group when the mean of ``filter_key`` over its responses lies
 strictly inside ``(filter_low, filter_high)``. ``keep`` (``algorithm.filter_key: keep``) is the same for every
@@ -82,7 +84,7 @@ from data_prep.encoders.qwen3vl import EmbeddingServerError
 from data_prep.groundtruth import GroundTruth, unpack_ground_truth
 from reward.config import RewardConfig
 from reward.judge import CONFIG_FAILURES, JudgeRequest, JudgeScores, JudgeStats, build_judge
-from reward.lat import LatBreakdown, StepEmbedder, StepItem, StepTerms
+from reward.lat import LatBreakdown, StepEmbedder, StepItem, StepTerms, vectors
 from reward.resolve import (
     Citation,
     make_quote_encoder,
@@ -657,13 +659,18 @@ class RewardScorer:
         by_encoder: dict[str, list[_Item]] = defaultdict(list)
         encoders = {}
         await_outage = partial(self._await_embedder, stats=stats)
+        unavailable: set[str] = set()  # documents whose encoder failed: their other responses fail without a call
         for it in live:
             if it.failed:
+                continue
+            if it.cached.key in unavailable:
+                it.failed = "embed"
                 continue
             # misconfiguration (no embeddings, wrong encoder) raises; an HTTP encoder's server unreachable: unscorable
             enc, error = through_outages(await_outage, self.encoder_for, it.cached)
             if error is not None:
                 log.warning("quote encoder for %s unavailable: %s", it.cached.key, error)
+                unavailable.add(it.cached.key)
                 it.failed = "embed"
                 continue
             encoders[enc.name] = enc
@@ -679,13 +686,12 @@ class RewardScorer:
             texts = [t for t in texts if t not in known]
             vecs, error = np.zeros((0, facade.dim), dtype=np.float32), None
             if texts:
-                vecs, error = through_outages(await_outage, encoders[name].embed_texts, texts)
+                vecs, error = through_outages(await_outage, vectors, encoders[name].embed_texts, texts)
             if error is not None:  # the embedding server failed the call
                 log.warning("embedding %d quotes with %s failed: %s", len(texts), name, error)
                 for it in its:
                     it.failed = "embed"
                 continue
-            vecs = np.asarray(vecs, dtype=np.float32)
             facade.remember(texts, vecs)
             known.update(texts)
             for it in its:

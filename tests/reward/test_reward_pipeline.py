@@ -451,6 +451,37 @@ def test_an_embedder_call_that_failed_before_the_server_came_back_is_made_again(
     assert (scorer.last.embed_outages, scorer.last.embed_outage_wait_s) == (0, 0.0)  # no wait: the server is up
 
 
+def test_an_encoder_answer_that_is_no_array_is_a_failed_call_not_a_crash(cache):
+    class RaggedEncoder:  # a plug-in encoder whose rows differ in length
+        name, dim = "minilm", 384
+
+        def embed_texts(self, texts):
+            return [[0.1] * 384, [0.2] * 3][: len(texts)] + [[0.3]] * max(0, len(texts) - 2)
+
+        def fingerprint(self):
+            return cache.manifest["encoder"]["fingerprint"]
+
+    scorer = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical"))
+    scorer._encoders[("minilm", cache.manifest["encoder"]["fingerprint"])] = RaggedEncoder()
+    ((b, _),) = scorer.score([inp({"answer": "Shenzhen", "quotes": [EN, ROW]}, gt(cache))])
+    assert (b.overall, b.unscorable, dict(scorer.last.unscorable_reasons)) == (0.0, 1.0, {"embed": 1})
+
+
+def test_a_document_whose_encoder_cannot_be_had_is_asked_for_once_a_round(cache, monkeypatch):
+    calls = []
+
+    def encoder_for(cached):
+        calls.append(cached.key)
+        raise ConnectionError("embedding server down")
+
+    scorer = RewardScorer(RewardConfig(cache_dir=str(cache.path.parent), judge="lexical"))
+    monkeypatch.setattr(scorer, "encoder_for", encoder_for)
+    g = gt(cache)
+    out = scorer.score([inp({"answer": a, "quotes": [EN]}, g) for a in ("Shenzhen", "Beijing", "Tokyo")])
+    assert [b.unscorable for b, _ in out] == [1.0, 1.0, 1.0] and dict(scorer.last.unscorable_reasons) == {"embed": 3}
+    assert calls == [cache.key]  # no HTTP embedder: no wait and no second call
+
+
 def test_embedding_outage_makes_responses_unscorable(cache):
     class DownEncoder:
         name, dim = "minilm", 384
