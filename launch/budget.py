@@ -508,8 +508,14 @@ def plan_from_recipe(
     n = n_gpus_per_node or setting(recipe, "trainer.n_gpus_per_node", 8)
     nodes = nnodes or setting(recipe, "trainer.nnodes", 1)
     tensor_parallel = setting(recipe, "worker.rollout.tensor_parallel_size", 2)
-    if n < 1 or nodes < 1 or tensor_parallel < 1:
-        raise InputError("trainer GPUs per node, nodes and tensor_parallel_size must be at least 1")
+    budget_gpu.at_least_1(
+        path,
+        {
+            "trainer.n_gpus_per_node": n,
+            "trainer.nnodes": nodes,
+            "worker.rollout.tensor_parallel_size": tensor_parallel,
+        },
+    )
     actor_bytes = _dtype(recipe, "worker.actor.fsdp.torch_dtype", "fp32")
     ckpt = checkpoint_bytes(params, lora, n * nodes, bool(dig(recipe, "trainer.save_model_only", False)), actor_bytes)
 

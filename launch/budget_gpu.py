@@ -358,19 +358,21 @@ def read_recipe(path: str | Path, overrides: list[str] | None = None, world: int
         use_kl_loss=flag("algorithm.use_kl_loss") and not flag("algorithm.disable_kl"),
         **{f.name: setting(r, f.metadata["key"], f.default, type(f.default)) for f in fields(GpuRecipe) if f.metadata},
     )
-    bad = [
-        f"{f.metadata['key']}={getattr(g, f.name)}"
-        for f in fields(g)
-        if f.name in _AT_LEAST_1 and getattr(g, f.name) < 1
-    ]
-    bad += [] if g.world >= 1 else [f"trainer GPUs (n_gpus_per_node x nnodes)={g.world}"]
-    if bad:
-        raise InputError(f"recipe {path}: {', '.join(bad)}: expected at least 1")
+    keys = {f.name: f.metadata["key"] for f in fields(g) if f.metadata}
+    trainer_gpus = {"trainer GPUs (n_gpus_per_node x nnodes)": g.world}
+    at_least_1(path, {**trainer_gpus, **{keys[name]: getattr(g, name) for name in _AT_LEAST_1}})
     if not 0 < g.gpu_util <= 1:
         raise InputError(
             f"recipe {path}: worker.rollout.gpu_memory_utilization={g.gpu_util}: expected more than 0, at most 1"
         )
     return g
+
+
+def at_least_1(path: str | Path, numbers: dict[str, int]) -> None:
+    """Refuse, naming each, the recipe's numbers (key -> value) a budget divides by or counts with when below 1."""
+    bad = [f"{key}={value}" for key, value in numbers.items() if value < 1]
+    if bad:
+        raise InputError(f"recipe {path}: {', '.join(bad)}: expected at least 1")
 
 
 _AT_LEAST_1 = ("prompt", "response", "micro_update", "micro_experience", "n", "tensor_parallel", "max_batched_tokens")

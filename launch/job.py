@@ -23,7 +23,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
@@ -137,7 +137,13 @@ class Job:
     """One Slurm job of a training chain (see the module docstring)."""
 
     def __init__(
-        self, s: settings.Settings, args: list[str], ex: Executor, environ: dict, probe=None, layers: list[str] = ()
+        self,
+        s: settings.Settings,
+        args: list[str],
+        ex: Executor,
+        environ: dict,
+        probe=None,
+        layers: Sequence[str] = (),
     ) -> None:
         self.s, self.ex, self.environ, self.layers = s, ex, dict(environ), list(layers)  # layers: --config, --set
         self.probe = probe or preflight.Probe()  # what the pre-flight checks read from the node (tests give theirs)

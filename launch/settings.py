@@ -653,18 +653,22 @@ def resolve(
     layers = {"command line": cli, "environment": env, "file": _read_file(Path(config), problems) if config else {}}
     picked = {s.name: _pick(s, layers) for s in SETTINGS}
     order = {s.name: i for i, s in enumerate(SETTINGS)}
+
+    def above(ref: str, name: str) -> bool:  # a value may name only a setting listed above its own
+        return order.get(ref, len(order)) < order[name]
+
     refs = {n: tuple(r for r in _TEMPLATE.findall(raw or "") if r != "repo") for n, (_, raw) in picked.items()}
     wanted = {n for n, (source, _) in picked.items() if readers is None or source != "default"}
     wanted |= {s.name for s in SETTINGS if s.reader_set & set(readers or ())}
-    for s in reversed(SETTINGS):  # a value names settings above it only
+    for s in reversed(SETTINGS):
         if s.name in wanted:
-            wanted.update(r for r in refs[s.name] if order.get(r, len(order)) < order[s.name])
+            wanted.update(r for r in refs[s.name] if above(r, s.name))
     values, provenance = {}, {}
     for s in (s for s in SETTINGS if s.name in wanted):
         source, raw = picked[s.name]
         origin = {"file": f" (from {config})", "command line": " (from --set)"}.get(source, "")
         if raw is not None and (refs[s.name] or "{repo}" in raw):  # a template, in a default or a user's value
-            given, wrong = raw, [r for r in refs[s.name] if order.get(r, len(order)) >= order[s.name]]
+            given, wrong = raw, [r for r in refs[s.name] if not above(r, s.name)]
             if source != "default" and wrong:
                 problems.append(f"{s.name}={raw!r}{origin}: {{{wrong[0]}}} is not a setting above this one")
                 continue

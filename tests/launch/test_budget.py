@@ -255,6 +255,16 @@ def test_bad_recipe_is_one_error_line(args):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("what", ["memory", "disk"])
+def test_a_recipe_number_the_host_budget_divides_by_is_refused_naming_its_key(what, tmp_path):
+    extra = ("--run-dir", str(tmp_path)) if what == "disk" else ()
+    r = _cli(what, "--recipe", str(RECIPE), *extra, "worker.rollout.tensor_parallel_size=0", "trainer.nnodes=0")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr == (
+        f"error: recipe {RECIPE}: trainer.nnodes=0, worker.rollout.tensor_parallel_size=0: expected at least 1\n"
+    )
+
+
 # --------------------------------------------------------------------------------------------- incomplete/
 def _step(ckpt: Path, step: int, torn: bool = False) -> None:
     actor = ckpt / f"global_step_{step}" / "actor"
